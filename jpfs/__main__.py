@@ -1,0 +1,3 @@
+from jpfs.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The typer CLI: parses arguments and calls the core. No logic lives here."""

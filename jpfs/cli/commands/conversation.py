@@ -1,0 +1,224 @@
+"""``jpfs conversation`` (alias ``jpfs c``): new, ls, print, grep, fork, rm, use, show."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from jpfs.cli.context import out, out_json, state
+
+if TYPE_CHECKING:
+    from jpfs.workspace import Workspace
+
+app = typer.Typer(help="Create, list, read and search conversations.", no_args_is_help=True)
+
+RootId = Annotated[
+    str | None,
+    typer.Option("--root-id", help="Refuse every id that is not a strict descendant of this one."),
+]
+
+
+def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
+    """The id to act on (the active one if omitted), checked against --root-id in the core."""
+    from jpfs import lifecycle, scope
+
+    if root_id is not None:
+        root_id = scope.resolve(ws.conv_root, root_id)
+    if conv_id is None:
+        conv_id = lifecycle.require_active(ws)
+    return scope.resolve(ws.conv_root, conv_id, within=root_id)
+
+
+@app.command("new")
+def new(
+    conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
+    parent: Annotated[str | None, typer.Option("--parent", help="Create under this id.")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Agent profile.")] = None,
+    title: Annotated[str, typer.Option("--title")] = "",
+    hidden: Annotated[bool, typer.Option("--hidden")] = False,
+    tmp: Annotated[
+        str | None, typer.Option("--tmp", help="Expire after DURATION (30m, 2h, 1d); see gc.")
+    ] = None,
+    no_activate: Annotated[bool, typer.Option("--no-activate")] = False,
+    root_id: RootId = None,
+) -> None:
+    """Create a conversation and print its id."""
+    from jpfs import lifecycle, scope
+
+    ws = state.ws()
+    if root_id is not None:
+        root_id = scope.resolve(ws.conv_root, root_id)
+        parent = scoped(ws, parent, root_id) if parent else root_id
+    conv = lifecycle.new_conversation(
+        ws,
+        conv_id,
+        parent=parent,
+        agent=agent,
+        title=title,
+        hidden=hidden,
+        tmp=lifecycle.parse_duration(tmp) if tmp else None,
+        activate=not no_activate,
+    )
+    out(conv.id)
+
+
+@app.command("ls")
+def ls(
+    root: Annotated[str | None, typer.Option("--root", help="List the descendants of ID.")] = None,
+    hidden: Annotated[bool, typer.Option("--hidden", help="Include hidden conversations.")] = False,
+    as_tree: Annotated[bool, typer.Option("--tree", help="Indent by depth.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    root_id: RootId = None,
+) -> None:
+    """List conversations."""
+    from jpfs import scope, tree
+
+    ws = state.ws()
+    under = root
+    if root_id is not None:
+        root_id = scope.resolve(ws.conv_root, root_id)
+        under = scoped(ws, root, root_id) if root else root_id
+    elif root is not None:
+        under = scope.resolve(ws.conv_root, root)
+    items = tree.listing(ws.conv_root, under, include_hidden=hidden)
+    if fmt == "json":
+        out_json([i.to_json() for i in items])
+        return
+    base = under.count("/") + 1 if under else 0
+    for i in items:
+        if as_tree:
+            depth = i.id.count("/") - base
+            name = "  " * depth + i.id.rsplit("/", 1)[-1]
+        else:
+            name = i.id
+        out(f"{name}\t{i.status}\t{i.agent}\t{i.events_count}\t{i.title}")
+
+
+@app.command("print")
+def print_(
+    conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
+    last: Annotated[int | None, typer.Option("--last", help="Only the last N events.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="markdown or json")] = "markdown",
+    root_id: RootId = None,
+) -> None:
+    """Print a conversation."""
+    from jpfs import transcript
+    from jpfs.conversation import Conversation
+
+    ws = state.ws()
+    conv = Conversation(ws.conv_root, scoped(ws, conv_id, root_id))
+    if fmt == "json":
+        out_json(transcript.as_json(conv, last))
+    else:
+        out(transcript.markdown(conv, last))
+
+
+@app.command("grep")
+def grep(
+    pattern: str,
+    conv_ids: Annotated[
+        list[str] | None, typer.Option("--id", help="Search only these conversations.")
+    ] = None,
+    root: Annotated[str | None, typer.Option("--root", help="Search below ID.")] = None,
+    root_id: RootId = None,
+    ignore_case: Annotated[bool, typer.Option("-i", "--ignore-case")] = False,
+    regex: Annotated[bool, typer.Option("--regex", help="PATTERN is a regular expression.")] = False,
+    hidden: Annotated[bool, typer.Option("--hidden")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+) -> None:
+    """Search conversations; exit 0 when found, 1 when not, 2 on a bad pattern."""
+    from jpfs import scope, search
+
+    ws = state.ws()
+    only = [scoped(ws, c, root_id) for c in conv_ids or []]
+    under = root
+    if root_id is not None:
+        under = scoped(ws, root, root_id) if root else scope.resolve(ws.conv_root, root_id)
+    elif root is not None:
+        under = scope.resolve(ws.conv_root, root)
+    matches = search.grep(
+        ws.root,
+        ws.conv_root_rel,
+        pattern,
+        only=only,
+        under=under,
+        regex=regex,
+        ignore_case=ignore_case,
+        include_hidden=hidden,
+    )
+    if fmt == "json":
+        out_json([m.to_json() for m in matches])
+    else:
+        for m in matches:
+            out(f"{m.id}: {m.text}")
+    if not matches:
+        raise typer.Exit(1)
+
+
+@app.command("fork")
+def fork(
+    conv_id: str,
+    last: Annotated[
+        int | None, typer.Option("--last", help="Copy the last N events (0: a blank child).")
+    ] = None,
+    hidden: Annotated[bool, typer.Option("--hidden")] = False,
+    title: Annotated[str | None, typer.Option("--title")] = None,
+    root_id: RootId = None,
+) -> None:
+    """Create a child of ID holding its last N events; print the child's id."""
+    from jpfs import lifecycle
+
+    ws = state.ws()
+    child = lifecycle.fork_conversation(
+        ws, scoped(ws, conv_id, root_id), last=last, hidden=hidden, title=title
+    )
+    out(child.id)
+
+
+@app.command("rm")
+def rm(
+    conv_id: str,
+    cascade: Annotated[bool, typer.Option("--cascade", help="Also remove descendants.")] = False,
+    root_id: RootId = None,
+) -> None:
+    """Remove a conversation (it stays in git history)."""
+    from jpfs import lifecycle
+    from jpfs.cli.context import note
+
+    ws = state.ws()
+    removed = lifecycle.remove_conversation(ws, scoped(ws, conv_id, root_id), cascade=cascade)
+    note(f"removed {len(removed)} conversation(s)")
+
+
+@app.command("use")
+def use(conv_id: str, root_id: RootId = None) -> None:
+    """Make ID the active conversation (local state, never committed)."""
+    from jpfs import lifecycle
+
+    ws = state.ws()
+    lifecycle.set_active(ws, scoped(ws, conv_id, root_id))
+
+
+@app.command("show")
+def show(
+    conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
+    root_id: RootId = None,
+) -> None:
+    """Print the active conversation's id, or details of ID."""
+    import json
+
+    from jpfs import tree
+    from jpfs.conversation import Conversation
+
+    ws = state.ws()
+    target = scoped(ws, conv_id, root_id)
+    if conv_id is None:
+        out(target)
+        return
+    out(json.dumps(tree.info(Conversation(ws.conv_root, target)).to_json(), indent=2))
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="conversation")
+    root.add_typer(app, name="c", hidden=True)

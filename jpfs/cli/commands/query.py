@@ -1,0 +1,163 @@
+"""``jpfs query`` and ``jpfs answer``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Annotated
+
+import typer
+
+from jpfs.cli.commands.conversation import RootId
+from jpfs.cli.context import note, out, state
+
+
+def read_query(text: str | None) -> str:
+    if text is not None and text != "-":
+        return text
+    data = sys.stdin.read()
+    if not data.strip():
+        raise typer.BadParameter("QUERY is empty (give it as an argument or on stdin)")
+    return data
+
+
+def query(
+    text: Annotated[str | None, typer.Argument(metavar="QUERY", help="The query; - or absent: stdin.")] = None,
+    conv_id: Annotated[str | None, typer.Option("--id", help="Continue this conversation.")] = None,
+    new: Annotated[bool, typer.Option("--new", help="Start a new conversation.")] = False,
+    agent: Annotated[str | None, typer.Option("--agent", help="Profile for a new conversation.")] = None,
+    root_id: RootId = None,
+    cfg: Annotated[list[str] | None, typer.Option("--cfg", help="Config layer (see jpfs --help).")] = None,
+    hidden: Annotated[bool, typer.Option("--hidden")] = False,
+    tmp: Annotated[str | None, typer.Option("--tmp", help="Expire after DURATION.")] = None,
+    no_activate: Annotated[bool, typer.Option("--no-activate")] = False,
+    non_interactive: Annotated[
+        bool, typer.Option("--non-interactive", help="Never prompt; questions go to stdout.")
+    ] = False,
+    no_onboard: Annotated[bool, typer.Option("--no-onboard", help="Skip onboarding.")] = False,
+) -> None:
+    """Ask an agent; print only its final answer on stdout.
+
+    Without --id or --new, continues the active conversation if there is one. If the
+    agent asks onboarding questions, an interactive terminal is prompted for answers;
+    otherwise the questions are printed as <questions conversation_id="ID"> and the
+    command exits with status 4 (answer with `jpfs answer ID` or `jpfs query --id ID`).
+    """
+    from jpfs import lifecycle, scope
+    from jpfs.query import query as run_query
+    from jpfs.runtime import Runner
+    from jpfs.state import State
+
+    ws = state.ws(list(cfg or []))
+    body = read_query(text)
+    runner = Runner(ws, progress=note, lock_wait=float(ws.config["query.lock_wait"]))
+    within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
+    if conv_id is None and not new:
+        active = lifecycle.get_active(ws)
+        if active is not None and (within is None or active.startswith(within + "/")):
+            conv_id = active
+    if conv_id is not None:
+        result = run_query(ws, body, conv_id=conv_id, within=within, runner=runner)
+    else:
+        result = run_query(
+            ws,
+            body,
+            parent=within,
+            agent=agent,
+            onboarding_enabled=False if no_onboard else None,
+            hidden=hidden,
+            tmp=lifecycle.parse_duration(tmp) if tmp else None,
+            activate=not no_activate,
+            runner=runner,
+        )
+    interactive = not non_interactive and sys.stdin.isatty() and sys.stderr.isatty()
+    while result.state is State.WAITING and interactive:
+        note(f"{result.conversation} asks:\n{result.text}\n(answer; end with an empty line)")
+        lines = []
+        for line in sys.stdin:
+            if not line.strip():
+                break
+            lines.append(line)
+        if not lines:
+            break
+        result = run_query(ws, "".join(lines), conv_id=result.conversation, runner=runner)
+    if result.state is State.WAITING:
+        out(result.wrapped())
+        note(f"answer with: jpfs answer {result.conversation}")
+        raise typer.Exit(4)
+    if result.state is State.FAILED:
+        note(f"{result.conversation} failed")
+        raise typer.Exit(1) from None
+    note(f"conversation {result.conversation}")
+    out(result.text)
+
+
+ANSWER_TEMPLATE = """\
+{questions}
+
+<!-- Write your answers below this line; lines inside these comment markers are
+     ignored. Save and close the editor to send; leave it empty to cancel. -->
+"""
+
+
+def edit_answer(questions: str) -> str:
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+    if not editor:
+        return sys.stdin.read()
+    with tempfile.NamedTemporaryFile("w+", suffix=".md", delete=False, encoding="utf-8") as fh:
+        fh.write(ANSWER_TEMPLATE.format(questions="\n".join(f"> {q}" for q in questions.splitlines())))
+        path = fh.name
+    try:
+        import shlex
+
+        # The editor command is the user's own setting, split like a shell would;
+        # the file name is a separate argv item.
+        subprocess.run([*shlex.split(editor), path], check=True)
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    finally:
+        os.unlink(path)
+    from jpfs.state import COMMENT_RE
+
+    kept = [ln for ln in COMMENT_RE.sub("", text).splitlines() if not ln.startswith(">")]
+    return "\n".join(kept).strip()
+
+
+def answer(
+    conv_id: str,
+    text: Annotated[str | None, typer.Argument(metavar="[TEXT]")] = None,
+    run: Annotated[bool, typer.Option("--run/--no-run", help="Run the agent after answering.")] = False,
+    root_id: RootId = None,
+) -> None:
+    """Answer a conversation's open questions (opens $EDITOR when TEXT is absent)."""
+    from jpfs import onboarding, record, scope, tree
+    from jpfs.conversation import Conversation
+    from jpfs.errors import StateError
+    from jpfs.state import State
+
+    ws = state.ws()
+    within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
+    conv = Conversation(ws.conv_root, scope.resolve(ws.conv_root, conv_id, within=within))
+    if tree.state_of(conv) is not State.WAITING:
+        raise StateError(f"conversation {conv.id!r} has no open questions ({tree.state_of(conv)})")
+    if text is None:
+        text = edit_answer(onboarding.questions_of_round(conv))
+    if not text.strip():
+        note("empty answer: nothing sent")
+        raise typer.Exit(1)
+    n = onboarding.append_answers(conv, text)
+    record.commit(ws, conv.id, "answers", agent=conv.meta().get("agent"), note=f"round {n}")
+    note(f"answered round {n} of {conv.id}")
+    if run:
+        from jpfs.query import outcome
+        from jpfs.runtime import Runner
+
+        result = outcome(conv, Runner(ws, progress=note).run(conv.id))
+        out(result.wrapped() if result.state is State.WAITING else result.text)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("query")(query)
+    app.command("answer")(answer)

@@ -1,0 +1,59 @@
+"""``jpfs``: the command line. Parses, dispatches, and leaves the work to the core."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jpfs.cli import error_handler
+from jpfs.cli.commands import config as config_cmd
+from jpfs.cli.commands import conversation as conversation_cmd
+from jpfs.cli.commands import history as history_cmd
+from jpfs.cli.commands import init as init_cmd
+from jpfs.cli.commands import query as query_cmd
+from jpfs.cli.context import state
+
+app = typer.Typer(
+    name="jpfs",
+    help="Delegate work to LLM sub-agents through plain files in a git repository.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def root(
+    workspace: Annotated[
+        Path | None,
+        typer.Option("-w", "--workspace", help="Workspace directory (default: search upward)."),
+    ] = None,
+    cfg: Annotated[
+        list[str] | None,
+        typer.Option("--cfg", help="KEY=VALUE, FILE.toml or NONE; repeatable, applied in order."),
+    ] = None,
+) -> None:
+    state.workspace = workspace
+    state.cfg = list(cfg or [])
+    state._ws = None
+
+
+init_cmd.register(app)
+conversation_cmd.register(app)
+config_cmd.register(app)
+history_cmd.register(app)
+query_cmd.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    code = error_handler.run(lambda: app(args=args, prog_name="jpfs", standalone_mode=False))
+    return code if isinstance(code, int) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

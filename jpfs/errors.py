@@ -1,0 +1,109 @@
+"""The one exception tree users see.
+
+Every error a user can cause or fix derives from :class:`JpfsError`; the CLI's
+error handler turns it into a one-line message and exit status 1. Anything else that
+escapes is a bug (exit 3, traceback logged). Foreign errors (GitPython, pygit2,
+tomlkit, anthropic, OS) are translated once, where they happen, with
+``raise ... from exc`` so the cause stays in the traceback log.
+
+    JpfsError
+    ├── WorkspaceError        no workspace, not a git repo, bad layout
+    ├── ConfigError           bad config.toml / --cfg / env value, unknown key
+    │   └── ProfileError      bad or missing agent profile
+    ├── FormatError           malformed TOML front matter or conversation.toml
+    ├── IdError               malformed conversation id (slug rules, reserved names)
+    ├── ScopeError            id or path outside the caller's subtree / workspace
+    ├── NotFoundError         no such conversation, message, file
+    ├── ExistsError           conversation already exists
+    ├── StateError            operation not valid in the conversation's state
+    ├── LockError             a conversation is busy (another run holds its lock)
+    ├── LimitError            max_children / max_depth / max_agents / turns exceeded
+    ├── GitError              a git operation failed (conflict, CAS exhausted, ...)
+    │   └── MergeConflict     merge would conflict; carries the paths
+    ├── ProviderError         the model provider failed after retries
+    ├── ToolError             a tool call was refused or failed (returned to the model)
+    ├── DaemonError           daemon start/stop/status problems
+    └── PatternError          bad grep pattern (exit 2, as grep does)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class JpfsError(Exception):
+    """Base of every user-facing error. ``str(err)`` is the one-line message."""
+
+    exit_code = 1
+
+
+class WorkspaceError(JpfsError):
+    pass
+
+
+class ConfigError(JpfsError):
+    pass
+
+
+class ProfileError(ConfigError):
+    pass
+
+
+class FormatError(JpfsError):
+    pass
+
+
+class IdError(JpfsError):
+    pass
+
+
+class ScopeError(JpfsError):
+    pass
+
+
+class NotFoundError(JpfsError):
+    pass
+
+
+class ExistsError(JpfsError):
+    pass
+
+
+class StateError(JpfsError):
+    pass
+
+
+class LockError(JpfsError):
+    pass
+
+
+class LimitError(JpfsError):
+    pass
+
+
+class GitError(JpfsError):
+    pass
+
+
+class MergeConflict(GitError):
+    def __init__(self, message: str, paths: Sequence[str]) -> None:
+        super().__init__(message)
+        self.paths = list(paths)
+
+
+class ProviderError(JpfsError):
+    pass
+
+
+class ToolError(JpfsError):
+    pass
+
+
+class DaemonError(JpfsError):
+    pass
+
+
+class PatternError(JpfsError):
+    """A bad search pattern: exit status 2, like grep."""
+
+    exit_code = 2

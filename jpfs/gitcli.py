@@ -1,0 +1,34 @@
+"""Running the git CLI: argv lists only, errors translated to :class:`GitError` once."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from jpfs.errors import GitError
+
+
+def run(
+    cwd: Path,
+    args: Sequence[str],
+    *,
+    check: bool = True,
+    input: str | None = None,
+    ok: Sequence[int] = (0,),
+) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, input=input, check=False
+        )
+    except FileNotFoundError as exc:
+        raise GitError("git is not installed or not on PATH") from exc
+    if check and proc.returncode not in ok:
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        tail = err[-1] if err else f"exit status {proc.returncode}"
+        raise GitError(f"git {args[0]} failed: {tail.removeprefix('fatal: ')}")
+    return proc
+
+
+def output(cwd: Path, *args: str) -> str:
+    return run(cwd, args).stdout.strip()

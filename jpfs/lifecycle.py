@@ -1,0 +1,194 @@
+"""Creating, forking and removing conversations; the active conversation; gc.
+
+These are the core operations behind ``jpfs conversation new|fork|rm|use|show`` and
+``jpfs gc``; the tools and the library call the same functions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+from jpfs import gitcli, ids, record, tree
+from jpfs.conversation import TASK, Conversation, create, now
+from jpfs.errors import ConfigError, NotFoundError, StateError
+from jpfs.profiles import apply_overrides, load
+from jpfs.scope import resolve
+from jpfs.workspace import Workspace
+
+ACTIVE_FILE = "active"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    m = _DURATION.match(text)
+    if not m:
+        raise ConfigError(f"bad duration {text!r}: use a number and s, m, h, d or w (e.g. 30m)")
+    return dt.timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def head_commit(ws: Workspace) -> str | None:
+    proc = gitcli.run(ws.root, ["rev-parse", "--verify", "-q", "HEAD"], check=False)
+    return proc.stdout.strip() or None
+
+
+def agent_config(
+    ws: Workspace, agent: str, overrides: Sequence[str] = (), onboarding: bool | None = None
+) -> dict[str, Any]:
+    config = apply_overrides(load(ws.agents_dir, agent), overrides)
+    if onboarding is not None:
+        config["onboarding"]["enabled"] = onboarding
+    return config
+
+
+def new_conversation(
+    ws: Workspace,
+    conv_id: str | None = None,
+    *,
+    parent: str | None = None,
+    agent: str | None = None,
+    title: str = "",
+    hidden: bool = False,
+    tmp: dt.timedelta | None = None,
+    activate: bool = False,
+    overrides: Sequence[str] = (),
+    onboarding: bool | None = None,
+    task: str | None = None,
+    config: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+    commit: bool = True,
+) -> Conversation:
+    """Create a conversation (optionally with its task) and commit it."""
+    if parent is not None:
+        parent = resolve(ws.conv_root, parent)
+    full_id = ids.join(parent, conv_id or ids.generate()) if conv_id or parent else ids.generate()
+    agent = agent or str(ws.config["conversations.default_agent"])
+    if config is None:
+        config = agent_config(ws, agent, overrides, onboarding)
+    fields = {"base": head_commit(ws), **(extra or {})}
+    conv = create(
+        ws.conv_root,
+        full_id,
+        agent=agent,
+        title=title,
+        hidden=hidden,
+        expires=now() + tmp if tmp else None,
+        config=config,
+        extra=fields,
+    )
+    event = "new"
+    if task is not None:
+        conv.write(TASK, task if task.endswith("\n") else task + "\n")
+        event = "task"
+    if commit:
+        record.commit(ws, conv.id, event, agent=agent)
+    if activate:
+        set_active(ws, conv.id)
+    return conv
+
+
+def fork_conversation(
+    ws: Workspace,
+    source: str,
+    *,
+    last: int | None = None,
+    hidden: bool = False,
+    title: str | None = None,
+    prompt: str | None = None,
+    within: str | None = None,
+) -> Conversation:
+    """A new child of ``source`` holding its last ``last`` events (all when None)."""
+    source = resolve(ws.conv_root, source, within=within)
+    src = Conversation(ws.conv_root, source)
+    meta = src.meta()
+    events = src.events(last=last) if last != 0 else []
+    seq = src.event_names()[-1][0] if src.event_names() else 0
+    child = create(
+        ws.conv_root,
+        ids.join(source, ids.generate()),
+        agent=str(meta.get("agent", "")),
+        title=title if title is not None else str(meta.get("title", "")),
+        hidden=hidden,
+        config=src.config,
+        extra={"base": head_commit(ws), "forked_from": f"{source}@{seq}"},
+    )
+    if events:
+        child.events_dir.mkdir(parents=True, exist_ok=True)
+    for n, ev in enumerate(events, 1):
+        # Renumbered from 1 so the child's transcript is self-contained.
+        shutil.copyfile(ev.path, child.events_dir / f"{n:04d}-{ev.role}.md")
+    if prompt:
+        child.append_event("user", prompt)
+    record.commit(ws, child.id, "fork", agent=str(meta.get("agent", "")), note=f"from {source}")
+    return child
+
+
+def children(ws: Workspace, conv_id: str) -> list[str]:
+    return list(tree.walk(ws.conv_root, conv_id))
+
+
+def remove_conversation(ws: Workspace, conv_id: str, *, cascade: bool = False) -> list[str]:
+    conv_id = resolve(ws.conv_root, conv_id)
+    below = children(ws, conv_id)
+    if below and not cascade:
+        raise StateError(
+            f"conversation {conv_id!r} has {len(below)} descendant(s); use --cascade to remove them"
+        )
+    shutil.rmtree(ws.conv_root.joinpath(*conv_id.split("/")))
+    record.commit(ws, conv_id, "rm")
+    if get_active(ws) in (conv_id, *below):
+        clear_active(ws)
+    return [conv_id, *below]
+
+
+def set_active(ws: Workspace, conv_id: str) -> None:
+    conv_id = resolve(ws.conv_root, conv_id)
+    ws.ensure_local()
+    (ws.local_dir / ACTIVE_FILE).write_text(conv_id + "\n", encoding="utf-8")
+
+
+def get_active(ws: Workspace) -> str | None:
+    try:
+        value = (ws.local_dir / ACTIVE_FILE).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    return value or None
+
+
+def clear_active(ws: Workspace) -> None:
+    (ws.local_dir / ACTIVE_FILE).unlink(missing_ok=True)
+
+
+def require_active(ws: Workspace) -> str:
+    active = get_active(ws)
+    if active is None:
+        raise NotFoundError("no active conversation (run `jpfs conversation use ID`)")
+    return active
+
+
+def expired(ws: Workspace, at: dt.datetime | None = None) -> list[str]:
+    at = at or now()
+    out = []
+    for conv_id in tree.walk(ws.conv_root):
+        if any(ids.is_descendant(conv_id, o) for o in out):
+            continue
+        expires = Conversation(ws.conv_root, conv_id).meta().get("expires")
+        if isinstance(expires, dt.datetime) and expires <= at:
+            out.append(conv_id)
+    return out
+
+
+def gc(ws: Workspace, at: dt.datetime | None = None) -> tuple[list[str], list[str]]:
+    """Remove expired temporary conversations; returns (removed, kept-because-active)."""
+    active = get_active(ws)
+    removed, kept = [], []
+    for conv_id in expired(ws, at):
+        if active and ids.is_descendant(active, conv_id, strict=False):
+            kept.append(conv_id)
+            continue
+        removed.extend(remove_conversation(ws, conv_id, cascade=True))
+    return removed, kept

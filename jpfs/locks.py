@@ -1,0 +1,75 @@
+"""Per-conversation run locks, shared by every process that runs agents.
+
+``flock`` on a file under ``.jpfs/local/locks/``: the kernel drops the lock when the
+holder dies, so a SIGKILLed daemon or ``jpfs query`` never leaves a lock behind, and
+two opens in one process conflict like two processes do (flock locks belong to the
+open file description), so threads are serialised too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from jpfs.errors import LockError
+
+
+def lock_path(local_dir: Path, conv_id: str) -> Path:
+    # A flat, fixed-length name: deep ids would otherwise exceed NAME_MAX.
+    digest = hashlib.sha1(conv_id.encode()).hexdigest()[:20]
+    return local_dir / "locks" / f"{digest}.lock"
+
+
+@contextlib.contextmanager
+def conversation_lock(
+    local_dir: Path, conv_id: str, *, wait: float = 0.0, cancel: threading.Event | None = None
+) -> Iterator[None]:
+    """Hold the run lock of ``conv_id``; wait up to ``wait`` seconds, then :class:`LockError`."""
+    path = lock_path(local_dir, conv_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait
+        pause = threading.Event() if cancel is None else cancel
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline or (cancel is not None and cancel.is_set()):
+                    raise LockError(
+                        f"conversation {conv_id!r} is busy: another run holds its lock"
+                        " (wait for it, or check `jpfs daemon status`)"
+                    ) from None
+                pause.wait(0.02)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {conv_id}\n".encode())
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def is_locked(local_dir: Path, conv_id: str) -> bool:
+    path = lock_path(local_dir, conv_id)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

@@ -1,0 +1,1 @@
+"""Model providers: one ``complete`` call per model turn; the tool loop lives in the runtime."""

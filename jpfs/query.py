@@ -1,0 +1,128 @@
+"""``query``: give a conversation input and run it until its caller must act.
+
+The one implementation behind ``jpfs query``, the ``jp_query`` tool, the MCP server
+and the library's ``call``. Input means different things in different states:
+
+    empty     the input becomes task.md
+    waiting   the input becomes the answers round for the last questions
+    idle      the input becomes the next user event (the conversation continues)
+    failed    the same, and the status goes back to active (a retry with news)
+    killed    refused: killed conversations are not resumed by accident
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+from jpfs import ids, lifecycle, locks, onboarding, record, scope, tree
+from jpfs.conversation import RESULT, TASK, Conversation
+from jpfs.errors import StateError
+from jpfs.runtime import Runner
+from jpfs.state import State
+from jpfs.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class Outcome:
+    conversation: str
+    state: State
+    text: str
+
+    def wrapped(self) -> str:
+        """The tool result a calling agent sees: only the final answer, or the questions."""
+        cid = escape(self.conversation, quote=True)
+        if self.state is State.WAITING:
+            return f'<questions conversation_id="{cid}">\n{self.text.strip()}\n</questions>'
+        if self.state is State.FAILED:
+            return f'<error conversation_id="{cid}">\n{self.text.strip()}\n</error>'
+        return f'<response conversation_id="{cid}">\n{self.text.strip()}\n</response>'
+
+
+def outcome(conv: Conversation, state: State) -> Outcome:
+    if state is State.WAITING:
+        return Outcome(conv.id, state, onboarding.questions_of_round(conv))
+    if state is State.FAILED:
+        last = conv.last_event()
+        text = last.body if last is not None and last.role == "error" else "the run failed"
+        return Outcome(conv.id, state, text)
+    from jpfs import frontmatter
+
+    result = conv.read(RESULT)
+    text = frontmatter.parse(result)[1] if result else ""
+    return Outcome(conv.id, state, text)
+
+
+def submit(ws: Workspace, conv: Conversation, text: str, *, event_author: str | None = None) -> None:
+    """Record ``text`` as the caller's input in whatever form the state calls for."""
+    state = tree.state_of(conv)
+    if state is State.EMPTY:
+        conv.write(TASK, text.rstrip() + "\n")
+        record.commit(ws, conv.id, "task", agent=conv.meta().get("agent"))
+    elif state is State.WAITING:
+        n = onboarding.append_answers(conv, text)
+        record.commit(ws, conv.id, "answers", agent=conv.meta().get("agent"), note=f"round {n}")
+    elif state in (State.IDLE, State.FAILED):
+        if state is State.FAILED:
+            conv.update(status="active")
+        conv.append_event("user", text)
+        record.commit(ws, conv.id, "input", agent=conv.meta().get("agent"))
+    elif state is State.KILLED:
+        raise StateError(f"conversation {conv.id!r} was killed; fork it or start a new one")
+    else:
+        raise StateError(
+            f"conversation {conv.id!r} is {state}; wait until it is idle or asks questions"
+        )
+
+
+def query(
+    ws: Workspace,
+    text: str | None,
+    *,
+    conv_id: str | None = None,
+    parent: str | None = None,
+    segment: str | None = None,
+    agent: str | None = None,
+    overrides: Sequence[str] = (),
+    onboarding_enabled: bool | None = None,
+    hidden: bool = False,
+    tmp: dt.timedelta | None = None,
+    activate: bool = False,
+    within: str | None = None,
+    runner: Runner | None = None,
+    extra: dict[str, object] | None = None,
+) -> Outcome:
+    """Create (no ``conv_id``) or continue a conversation with ``text`` and run it."""
+    runner = runner or Runner(ws)
+    if conv_id is None:
+        if parent is not None:
+            parent = scope.resolve(ws.conv_root, parent)
+        target = ids.join(parent, segment or ids.generate())
+    else:
+        target = scope.resolve(ws.conv_root, conv_id, within=within)
+    # The lock covers the input too: a daemon must not start the run between the
+    # input being written and this caller running it.
+    with locks.conversation_lock(ws.local_dir, target, wait=runner.lock_wait):
+        if conv_id is None:
+            conv = lifecycle.new_conversation(
+                ws,
+                target,
+                agent=agent,
+                hidden=hidden,
+                tmp=tmp,
+                activate=activate,
+                overrides=overrides,
+                onboarding=onboarding_enabled,
+                task=text or "",
+                extra=dict(extra or {}),
+            )
+        else:
+            conv = Conversation(ws.conv_root, target)
+            if text:
+                submit(ws, conv, text)
+            if activate:
+                lifecycle.set_active(ws, conv.id)
+        state = runner.run_locked(conv)
+    return outcome(conv, state)

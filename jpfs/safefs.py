@@ -1,0 +1,486 @@
+"""Confined file access: model-supplied relative paths that can never leave a root.
+
+Every path is walked one component at a time with ``os.open(..., dir_fd=...)`` and
+``O_NOFOLLOW``: a symlink anywhere on the path, including one swapped in while we walk,
+makes the open fail instead of escaping. Checking a path first and opening it afterwards
+is racy (a thread swapping a directory for a symlink put 1,217 of 3,000 checked opens
+outside the root), so nothing here resolves a path and then trusts the answer.
+
+``.git`` (any case, plus the spellings case-folding and HFS+/NTFS filesystems treat as
+equal) and the ``.jpfs/local`` subtree are refused everywhere and skipped by walks.
+Only POSIX is supported (``dir_fd`` / ``O_NOFOLLOW`` / ``O_DIRECTORY``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import stat
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from jpfs.errors import JpfsError, NotFoundError, ScopeError, ToolError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK so that opening a FIFO planted in the tree cannot hang the caller.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+# Bounds that keep a walk over a huge tree from running away.
+_SCAN_CAP = 100_000
+_MAX_DEPTH = 64
+_GREP_FILE_CAP = 8_000_000
+_MODIFY_CAP = 8_000_000
+_GREP_LINE_CHARS = 500
+
+# Code points HFS+ ignores in names (git's is_hfs_dotgit list): ".g\u200cit" is ".git" there.
+_HFS_IGNORABLE: dict[int, None] = dict.fromkeys(
+    [0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF]
+)
+
+
+def _fold(name: str) -> str:
+    # Compare names the way the most lenient filesystem we may sit on would: case-insensitive
+    # (macOS, Windows), HFS+ invisible code points dropped, NTFS trailing dots/spaces dropped.
+    return name.translate(_HFS_IGNORABLE).rstrip(" .").casefold()
+
+
+def _is_dotgit(name: str) -> bool:
+    folded = _fold(name)
+    return folded in (".git", "git~1")
+
+
+def _is_local_state(parent: str | None, name: str) -> bool:
+    return parent is not None and _fold(parent) == ".jpfs" and _fold(name) == "local"
+
+
+def _show(relpath: str) -> str:
+    return repr(relpath if len(relpath) <= 200 else relpath[:200] + "...")
+
+
+def split_relpath(relpath: str) -> tuple[str, ...]:
+    """Validate a model-supplied relative path and return its components ("." -> ())."""
+    if not isinstance(relpath, str):
+        raise ScopeError("path must be a string")
+    shown = _show(relpath)
+    if relpath == "":
+        raise ScopeError("empty path; give a path relative to the working tree")
+    if "\0" in relpath:
+        raise ScopeError(f"path {shown} contains a NUL byte")
+    if relpath.startswith("/"):
+        raise ScopeError(f"path {shown} is absolute; give a path relative to the working tree")
+    parts = tuple(p for p in relpath.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise ScopeError(f"path {shown} contains '..'; paths may not leave the working tree")
+    parent: str | None = None
+    for name in parts:
+        if _is_dotgit(name):
+            raise ScopeError(f"path {shown} is inside a .git directory; agents may not access it")
+        if _is_local_state(parent, name):
+            raise ScopeError(f"path {shown} is inside .jpfs/local; agents may not access it")
+        parent = name
+    return parts
+
+
+def normalize_relpath(relpath: str) -> str:
+    """The validated POSIX form of ``relpath`` ("a//./b" -> "a/b", "./" -> ".")."""
+    return "/".join(split_relpath(relpath)) or "."
+
+
+def _translate(exc: OSError, dfd: int, name: str, sofar: Sequence[str], shown: str) -> JpfsError:
+    where = "/".join(sofar)
+    with contextlib.suppress(OSError):
+        if stat.S_ISLNK(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+            return ScopeError(f"path {shown}: {where!r} is a symbolic link; links are not followed")
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(f"path {shown}: {where!r} does not exist")
+    if isinstance(exc, NotADirectoryError):
+        return ToolError(f"path {shown}: {where!r} is not a directory")
+    if isinstance(exc, IsADirectoryError):
+        return ToolError(f"path {shown} is a directory, not a file")
+    if isinstance(exc, PermissionError):
+        return ToolError(f"path {shown}: permission denied")
+    if exc.errno == getattr(os, "ELOOP", 40):
+        # The link was swapped away again before we could look at it.
+        return ScopeError(f"path {shown}: {where!r} is a symbolic link; links are not followed")
+    return ToolError(f"path {shown}: {exc.strerror or exc}")
+
+
+def _open_root(root: Path) -> int:
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NotFoundError(f"working tree {str(root)!r}: {exc.strerror}") from exc
+
+
+def _step(dfd: int, name: str, flags: int, mode: int, sofar: Sequence[str], shown: str) -> int:
+    try:
+        return os.open(name, flags, mode, dir_fd=dfd)
+    except OSError as exc:
+        raise _translate(exc, dfd, name, sofar, shown) from exc
+
+
+def _open_dir(root: Path, parts: Sequence[str], shown: str, create: bool = False) -> int:
+    """An fd on the directory ``root/parts``, walked without following any link."""
+    dfd = _open_root(root)
+    try:
+        for i, name in enumerate(parts):
+            try:
+                nfd = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+            except FileNotFoundError:
+                if not create:
+                    where = "/".join(parts[: i + 1])
+                    raise NotFoundError(f"path {shown}: {where!r} does not exist") from None
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=dfd)
+                nfd = _step(dfd, name, _DIR_FLAGS, 0, parts[: i + 1], shown)
+            except OSError as exc:
+                raise _translate(exc, dfd, name, parts[: i + 1], shown) from exc
+            os.close(dfd)
+            dfd = nfd
+        return dfd
+    except BaseException:
+        os.close(dfd)
+        raise
+
+
+def open_beneath(root: Path, relpath: str, flags: int, mode: int = 0o644) -> int:
+    """Open ``root/relpath`` refusing any symlink on the way; returns an fd the caller closes."""
+    parts = split_relpath(relpath)
+    shown = _show(relpath)
+    if not parts:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
+            raise ScopeError(f"path {shown} names the working tree itself, not a file")
+        return _open_root(root)
+    dfd = _open_dir(root, parts[:-1], shown)
+    try:
+        return _step(dfd, parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, parts, shown)
+    finally:
+        os.close(dfd)
+
+
+def resolve_within(root: Path, relpath: str) -> Path:
+    """``root/relpath`` for display only: refuses bad paths and existing links, but is racy."""
+    path = Path(root)
+    for name in split_relpath(relpath):
+        path = path / name
+        if path.is_symlink():
+            raise ScopeError(f"path {_show(relpath)} goes through a symbolic link")
+    return path
+
+
+def _require_regular(fd: int, shown: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolError(f"path {shown} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(f"path {shown} is not a regular file")
+    return st
+
+
+def _read_upto(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    while got < limit:
+        chunk = os.read(fd, min(limit - got, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _decode(data: bytes, truncated: bool, shown: str) -> str:
+    if b"\0" in data:
+        raise ToolError(f"path {shown} is a binary file; only UTF-8 text files can be read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if truncated and exc.start >= len(data) - 3:
+            # The byte cap cut a multi-byte character in half.
+            return data[: exc.start].decode("utf-8")
+        raise ToolError(f"path {shown} is not UTF-8 text (binary or another encoding)") from exc
+
+
+def read_text(root: Path, relpath: str, max_bytes: int = 256_000) -> tuple[str, bool]:
+    """The file's text (UTF-8) up to ``max_bytes``, and whether it was cut there."""
+    fd = open_beneath(root, relpath, _READ_FLAGS)
+    try:
+        _require_regular(fd, _show(relpath))
+        data = _read_upto(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    truncated = len(data) > max_bytes
+    return _decode(data[:max_bytes], truncated, _show(relpath)), truncated
+
+
+EntryKind = Literal["file", "dir", "symlink", "other"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str  # POSIX, relative to the root
+    kind: EntryKind
+    size: int  # bytes, files only (0 otherwise)
+
+
+@dataclass(frozen=True)
+class Listing:
+    entries: tuple[Entry, ...]
+    total: int  # entries seen; more than len(entries) when cut at max_entries
+    complete: bool  # False when the walk stopped at the scan cap: total is a lower bound
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise ToolError("cancelled")
+
+
+def _walk(
+    dfd: int, prefix: str, parent: str | None, recursive: bool, depth: int = 0
+) -> Iterator[tuple[str, os.DirEntry[str], int]]:
+    """Yield (relpath, entry, fd of its directory); links are reported, never entered."""
+    with os.scandir(dfd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        if _is_dotgit(entry.name) or _is_local_state(parent, entry.name):
+            continue
+        rel = prefix + entry.name
+        yield rel, entry, dfd
+        if not (recursive and depth < _MAX_DEPTH and entry.is_dir(follow_symlinks=False)):
+            continue
+        try:
+            sub = os.open(entry.name, _DIR_FLAGS, dir_fd=dfd)
+        except OSError:
+            continue  # removed or swapped for a link since it was listed
+        try:
+            yield from _walk(sub, rel + "/", entry.name, recursive, depth + 1)
+        finally:
+            os.close(sub)
+
+
+def _kind(entry: os.DirEntry[str]) -> EntryKind:
+    if entry.is_symlink():
+        return "symlink"
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    return "file" if entry.is_file(follow_symlinks=False) else "other"
+
+
+def list_dir(
+    root: Path,
+    relpath: str = ".",
+    recursive: bool = False,
+    max_entries: int = 1000,
+    cancel: threading.Event | None = None,
+) -> Listing:
+    """Entries under a directory, sorted (depth-first when recursive), links not followed."""
+    parts = split_relpath(relpath)
+    dfd = _open_dir(root, parts, _show(relpath))
+    entries: list[Entry] = []
+    total = 0
+    complete = True
+    try:
+        prefix = "/".join(parts) + "/" if parts else ""
+        for rel, entry, _ in _walk(dfd, prefix, parts[-1] if parts else None, recursive):
+            if total >= _SCAN_CAP:
+                complete = False
+                break
+            total += 1
+            if total % 1000 == 0:
+                _check_cancel(cancel)
+            if len(entries) < max_entries:
+                kind = _kind(entry)
+                size = 0
+                if kind == "file":
+                    with contextlib.suppress(OSError):
+                        size = entry.stat(follow_symlinks=False).st_size
+                entries.append(Entry(rel, kind, size))
+    finally:
+        os.close(dfd)
+    return Listing(tuple(entries), total, complete)
+
+
+@dataclass(frozen=True)
+class GrepMatch:
+    path: str
+    line_no: int
+    line: str  # cut to a few hundred characters
+
+
+@dataclass(frozen=True)
+class GrepResult:
+    matches: tuple[GrepMatch, ...]
+    total: int  # all matches found; more than len(matches) when cut at max_matches
+    files_scanned: int
+    skipped: int  # binary, oversized, non-UTF-8-ish or unreadable files
+    complete: bool  # False when the walk stopped at the scan cap
+
+
+def _grep_fd(fd: int, rel: str, rx: re.Pattern[str]) -> list[GrepMatch] | None:
+    """Matches in one open file, or None when it is skipped (binary, too large, not a file)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _GREP_FILE_CAP:
+        return None
+    data = _read_upto(fd, _GREP_FILE_CAP)
+    if b"\0" in data:
+        return None
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    found = []
+    for no, line in enumerate(lines, 1):
+        line = line.removesuffix("\r")
+        if rx.search(line):
+            found.append(GrepMatch(rel, no, line[:_GREP_LINE_CHARS]))
+    return found
+
+
+def grep(
+    root: Path,
+    pattern: str,
+    relpath: str = ".",
+    regex: bool = False,
+    ignore_case: bool = False,
+    max_matches: int = 200,
+    cancel: threading.Event | None = None,
+) -> GrepResult:
+    """Lines matching ``pattern`` (a literal unless ``regex``) in a file or a directory tree."""
+    if pattern == "":
+        raise ToolError("empty search pattern")
+    try:
+        rx = re.compile(pattern if regex else re.escape(pattern), re.I if ignore_case else 0)
+    except re.error as exc:
+        raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
+    parts = split_relpath(relpath)
+    start = open_beneath(root, relpath, _READ_FLAGS)
+    matches: list[GrepMatch] = []
+    total = scanned = skipped = seen = 0
+    try:
+        if not stat.S_ISDIR(os.fstat(start).st_mode):
+            found = _grep_fd(start, "/".join(parts), rx)
+            if found is None:
+                raise ToolError(f"path {_show(relpath)} is not a searchable text file")
+            return GrepResult(tuple(found[:max_matches]), len(found), 1, 0, True)
+        prefix = "/".join(parts) + "/" if parts else ""
+        for rel, entry, dfd in _walk(start, prefix, parts[-1] if parts else None, True):
+            seen += 1
+            if seen > _SCAN_CAP:
+                break
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            _check_cancel(cancel)
+            found = None
+            with contextlib.suppress(OSError):
+                fd = os.open(entry.name, _READ_FLAGS, dir_fd=dfd)
+                try:
+                    found = _grep_fd(fd, rel, rx)
+                finally:
+                    os.close(fd)
+            if found is None:
+                skipped += 1
+                continue
+            scanned += 1
+            total += len(found)
+            matches.extend(found[: max(0, max_matches - len(matches))])
+    finally:
+        os.close(start)
+    return GrepResult(tuple(matches), total, scanned, skipped, seen <= _SCAN_CAP)
+
+
+def _replace_file(dfd: int, name: str, data: bytes, shown: str) -> bool:
+    """Atomically replace ``name`` in ``dfd``; True when the file is new."""
+    try:
+        st: os.stat_result | None = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise ScopeError(f"path {shown} is a symbolic link; refusing to write through it")
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"path {shown} is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"path {shown} is not a regular file")
+    tmp = f".jpfs-tmp-{secrets.token_hex(8)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dfd)
+        try:
+            if st is not None:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # rename() replaces whatever sits at `name` (even a link swapped in since the
+        # check above) and never writes through it.
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
+    return st is None
+
+
+def _encode(text: str, shown: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"content for {shown} is not valid Unicode text") from exc
+
+
+def write_text(root: Path, relpath: str, text: str, create_dirs: bool = True) -> bool:
+    """Write ``text`` (UTF-8) to ``root/relpath`` atomically; True when the file is new."""
+    parts = split_relpath(relpath)
+    shown = _show(relpath)
+    if not parts:
+        raise ScopeError(f"path {shown} names the working tree itself, not a file")
+    data = _encode(text, shown)
+    dfd = _open_dir(root, parts[:-1], shown, create=create_dirs)
+    try:
+        return _replace_file(dfd, parts[-1], data, shown)
+    finally:
+        os.close(dfd)
+
+
+def modify_text(root: Path, relpath: str, old: str, new: str, count: int | None = 1) -> int:
+    """Replace exact occurrences of ``old``; count=1 demands exactly one, None replaces all."""
+    if old == "":
+        raise ToolError("the text to replace must not be empty")
+    if count is not None and count < 1:
+        raise ToolError("count must be at least 1")
+    parts = split_relpath(relpath)
+    shown = _show(relpath)
+    if not parts:
+        raise ScopeError(f"path {shown} names the working tree itself, not a file")
+    dfd = _open_dir(root, parts[:-1], shown)
+    try:
+        fd = _step(dfd, parts[-1], _READ_FLAGS, 0, parts, shown)
+        try:
+            _require_regular(fd, shown)
+            data = _read_upto(fd, _MODIFY_CAP + 1)
+        finally:
+            os.close(fd)
+        if len(data) > _MODIFY_CAP:
+            raise ToolError(f"path {shown} is larger than {_MODIFY_CAP:,} bytes; cannot modify")
+        text = _decode(data, False, shown)
+        found = text.count(old)
+        if found == 0:
+            raise ToolError(
+                f"the text to replace was not found in {shown}; it must match exactly, "
+                "including whitespace and indentation"
+            )
+        if count == 1 and found > 1:
+            raise ToolError(
+                f"the text to replace occurs {found} times in {shown}; include more "
+                "surrounding text so it matches exactly once"
+            )
+        done = found if count is None else min(found, count)
+        _replace_file(dfd, parts[-1], _encode(text.replace(old, new, done), shown), shown)
+        return done
+    finally:
+        os.close(dfd)

@@ -1,0 +1,122 @@
+"""``grep`` over conversations: task, Q&A, events, results, mail and files.
+
+``conversation.toml`` is not searched: it is metadata, and its [config] snapshot of
+the agent's profile would match most searches in every conversation.
+
+The heavy lifting is ``git grep`` on the working tree (tracked and untracked files):
+it is C, multi-threaded and already tuned, and reimplementing it in Python was
+several times slower at 100k files (see bench/RESULTS.md). jpfs adds what git does
+not know: which conversation a file belongs to, scoping and hidden conversations.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from jpfs import ids
+from jpfs.conversation import Conversation
+from jpfs.errors import FormatError, GitError, PatternError
+from jpfs.tree import SKIP
+
+
+@dataclass(frozen=True)
+class Match:
+    id: str
+    file: str  # path relative to the conversation directory
+    line: int
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def owner(rel: str) -> tuple[str, str]:
+    """``a/b/events/0001-user.md`` -> (``a/b``, ``events/0001-user.md``)."""
+    parts = rel.split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in SKIP:
+            return "/".join(parts[:i]), "/".join(parts[i:])
+    return "/".join(parts[:-1]), parts[-1]
+
+
+def grep(
+    ws_root: Path,
+    conv_root_rel: str,
+    pattern: str,
+    *,
+    only: Iterable[str] = (),
+    under: str | None = None,
+    regex: bool = False,
+    ignore_case: bool = False,
+    include_hidden: bool = False,
+) -> list[Match]:
+    """Matches in the files of conversations ``only`` (just their own files), or in
+    every conversation below ``under`` (exclusive), or in the whole tree."""
+    if regex:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise PatternError(f"bad regular expression {pattern!r}: {exc}") from exc
+    only = list(only)
+    if only:
+        paths = [f"{conv_root_rel}/{c}" for c in only]
+    elif under:
+        paths = [f"{conv_root_rel}/{under}/"]
+    else:
+        paths = [f"{conv_root_rel}/"]
+    argv = [
+        "git", "-c", "core.quotePath=false", "grep", "--untracked", "-I", "-n", "-z",
+        "--no-color", "-P" if regex else "-F", "-i" if ignore_case else "--no-ignore-case",
+        "-e", pattern, "--", *(f":(literal){p}" for p in paths),
+        # The record's [config] snapshot would match every search for a common word.
+        ":(exclude,glob)**/conversation.toml",
+    ]  # fmt: skip
+    proc = subprocess.run(argv, cwd=ws_root, capture_output=True, check=False)
+    if proc.returncode == 1:
+        return []
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip()
+        if "pattern" in err or "regex" in err or "parenthes" in err:
+            raise PatternError(f"bad pattern {pattern!r}: {err.removeprefix('fatal: ')}")
+        raise GitError(f"git grep failed: {err}")
+    conv_root = ws_root / conv_root_rel
+    prefix = conv_root_rel + "/"
+    hidden: dict[str, bool] = {}
+
+    def is_hidden(conv_id: str) -> bool:
+        # A conversation is hidden when it, or an ancestor below the search root, is.
+        if conv_id not in hidden:
+            try:
+                own = bool(Conversation(conv_root, conv_id).meta().get("hidden", False))
+            except FormatError:
+                own = False
+            up = ids.parent(conv_id)
+            stop = under or ""
+            hidden[conv_id] = own or (
+                up is not None and ids.is_descendant(up, stop) and is_hidden(up)
+            )
+        return hidden[conv_id]
+
+    wanted = set(only)
+    out = []
+    for line in proc.stdout.decode("utf-8", errors="replace").splitlines():
+        path, _, rest = line.partition("\0")
+        lineno, _, text = rest.partition("\0")
+        if not path.startswith(prefix):
+            continue
+        conv_id, file = owner(path[len(prefix) :])
+        if not conv_id:
+            continue
+        if wanted and conv_id not in wanted:
+            continue
+        if not wanted and under and not ids.is_descendant(conv_id, under):
+            continue
+        if not include_hidden and not wanted and is_hidden(conv_id):
+            continue
+        out.append(Match(conv_id, file, int(lineno), text))
+    return out

@@ -1,0 +1,1 @@
+"""Agent tools: one registry, one implementation each, adapters (provider, MCP, CLI) on top."""

@@ -1,0 +1,236 @@
+"""Sub-agent tools: ``jp_query`` and ``jp_conversation_list|print|grep``.
+
+Every id a model passes is checked by :func:`jpfs.scope.resolve` against the calling
+conversation's subtree: only strict descendants can be named. The profiles a caller
+may start are its profile's ``tools.agents``; the schema's enum says so, and the
+implementation checks again (a schema is advice to the model, not a boundary).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jpfs import ids, profiles, scope, search, transcript, tree
+from jpfs.conversation import Conversation
+from jpfs.errors import LimitError, ProfileError, ToolError
+from jpfs.tools.base import JsonDict, Tool, ToolContext
+
+
+def _ws(ctx: ToolContext) -> Any:
+    return ctx.services["ws"]
+
+
+def _caller_config(ctx: ToolContext) -> Mapping[str, Any]:
+    config = ctx.services.get("config")
+    return config if isinstance(config, Mapping) else {}
+
+
+def allowed_agents(config: Mapping[str, Any]) -> list[str]:
+    return [str(a) for a in config.get("tools", {}).get("agents", [])]
+
+
+def find_child_for_call(conv_root: Path, parent: str, call_id: str) -> str | None:
+    """The child a previous attempt of this very tool call created (crash resume)."""
+    if not call_id:
+        return None
+    for child in tree.walk(conv_root, parent):
+        if ids.parent(child) != parent:
+            continue
+        if Conversation(conv_root, child).meta().get("origin_call") == call_id:
+            return child
+    return None
+
+
+def check_limits(ctx: ToolContext, config: Mapping[str, Any]) -> None:
+    limits = config.get("limits", {})
+    ws = _ws(ctx)
+    max_children = int(limits.get("max_children", 8))
+    existing = [c for c in tree.walk(ws.conv_root, ctx.conversation) if ids.parent(c) == ctx.conversation]
+    if len(existing) >= max_children:
+        raise LimitError(
+            f"max_children reached: {ctx.conversation!r} already has {len(existing)} children"
+            f" (limit {max_children}); continue or kill an existing one"
+        )
+    max_depth = int(limits.get("max_depth", 3))
+    if ids.depth(ctx.conversation) + 1 > max_depth:
+        raise LimitError(
+            f"max_depth reached: a child of {ctx.conversation!r} would be at depth"
+            f" {ids.depth(ctx.conversation) + 1} (limit {max_depth})"
+        )
+
+
+def jp_query(ctx: ToolContext, args: JsonDict) -> str:
+    from jpfs.query import query
+
+    ws = _ws(ctx)
+    config = _caller_config(ctx)
+    runner = ctx.services["runner"]
+    text = str(args["query"])
+    target = str(args.get("id") or "new")
+    overrides = [str(o) for o in args.get("overrides") or []]
+    if target == "new":
+        name = str(args.get("config") or "")
+        if name not in allowed_agents(config):
+            raise ToolError(
+                f"profile {name!r} is not one this agent may start"
+                f" (allowed: {', '.join(allowed_agents(config)) or 'none'})"
+            )
+        call_id = str(ctx.services.get("call_id", ""))
+        existing = find_child_for_call(ws.conv_root, ctx.conversation, call_id)
+        if existing is not None:
+            return str(query(ws, None, conv_id=existing, within=ctx.conversation, runner=runner).wrapped())
+        check_limits(ctx, config)
+        try:
+            result = query(
+                ws,
+                text,
+                parent=ctx.conversation,
+                agent=name,
+                overrides=overrides,
+                runner=runner,
+                extra={"origin_call": call_id or None},
+            )
+        except ProfileError as exc:
+            raise ToolError(str(exc)) from exc
+        return result.wrapped()
+    if overrides:
+        raise ToolError("overrides apply only when creating a conversation (id=\"new\")")
+    result = query(ws, text, conv_id=target, within=ctx.conversation, runner=runner)
+    return result.wrapped()
+
+
+def jp_conversation_list(ctx: ToolContext, args: JsonDict) -> str:
+    ws = _ws(ctx)
+    items = tree.listing(ws.conv_root, ctx.conversation or None, include_hidden=True)
+    rows = [
+        {k: v for k, v in i.to_json().items() if k in ("id", "title", "agent", "status", "events_count")}
+        for i in items
+    ]
+    return json.dumps(rows, indent=1) if rows else "[] (no sub-conversations yet)"
+
+
+def jp_conversation_print(ctx: ToolContext, args: JsonDict) -> str:
+    ws = _ws(ctx)
+    conv_id = scope.resolve(ws.conv_root, str(args["id"]), within=ctx.conversation)
+    last = args.get("last")
+    return transcript.markdown(Conversation(ws.conv_root, conv_id), int(last) if last else None)
+
+
+def jp_conversation_grep(ctx: ToolContext, args: JsonDict) -> str:
+    ws = _ws(ctx)
+    only: Sequence[str] = ()
+    if args.get("id"):
+        only = [scope.resolve(ws.conv_root, str(args["id"]), within=ctx.conversation)]
+    matches = search.grep(
+        ws.root,
+        ws.conv_root_rel,
+        str(args["pattern"]),
+        only=only,
+        under=ctx.conversation or None,
+        regex=bool(args.get("regex", False)),
+        ignore_case=bool(args.get("ignore_case", False)),
+        include_hidden=True,
+    )
+    if not matches:
+        return "no matches"
+    lines = [f"{m.id}: {m.text}" for m in matches[:200]]
+    if len(matches) > 200:
+        lines.append(f"[truncated: showing 200 of {len(matches)} matches]")
+    return "\n".join(lines)
+
+
+def profile_descriptions(agents_dir: Path, names: Sequence[str]) -> str:
+    out = []
+    for name in names:
+        try:
+            desc = profiles.load(agents_dir, name).config.get("description", "")
+        except ProfileError:
+            desc = "(profile missing or invalid)"
+        out.append(f"- {name}: {desc}")
+    return "\n".join(out)
+
+
+def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]:
+    agents = allowed_agents(config)
+    described = profile_descriptions(agents_dir, agents) if agents_dir is not None else ""
+    query_schema: JsonDict = {
+        "type": "object",
+        "properties": {
+            "config": {
+                "type": "string",
+                "enum": agents,
+                "description": "The sub-agent profile to start (only with id=\"new\").",
+            },
+            "query": {
+                "type": "string",
+                "description": "The task for a new sub-agent, or your next message / your"
+                " answers to its questions when continuing one.",
+            },
+            "id": {
+                "type": "string",
+                "description": "\"new\" (default) to start a sub-agent, or the conversation_id"
+                " of one of your sub-conversations to continue it or answer its questions.",
+                "default": "new",
+            },
+            "overrides": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "KEY=VALUE settings for a new sub-agent; only keys its profile"
+                " allows (usually just model=...).",
+            },
+        },
+        "required": ["config", "query"],
+        "additionalProperties": False,
+    }
+    return {
+        "jp_query": Tool(
+            "jp_query",
+            "Delegate to a sub-agent in a child conversation and wait for it. Returns"
+            ' <response conversation_id="ID">final answer</response>, or'
+            ' <questions conversation_id="ID">...</questions> when the sub-agent first needs'
+            " answers: call jp_query again with id=ID and your answers as query. Several"
+            " jp_query calls in one reply run in parallel. Profiles:\n" + described,
+            query_schema,
+            jp_query,
+        ),
+        "jp_conversation_list": Tool(
+            "jp_conversation_list",
+            "List your sub-conversations (all descendants, hidden ones included) as JSON:"
+            " id, title, agent, status, events_count.",
+            {"type": "object", "properties": {}, "additionalProperties": False},
+            jp_conversation_list,
+        ),
+        "jp_conversation_print": Tool(
+            "jp_conversation_print",
+            "Print one of your sub-conversations (task, Q&A and events) as markdown.",
+            {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "A descendant's conversation_id."},
+                    "last": {"type": "integer", "minimum": 1, "description": "Only the last N events."},
+                },
+                "required": ["id"],
+                "additionalProperties": False,
+            },
+            jp_conversation_print,
+        ),
+        "jp_conversation_grep": Tool(
+            "jp_conversation_grep",
+            "Search the text of your sub-conversations; one 'ID: line' per match (max 200).",
+            {
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "Text to find."},
+                    "id": {"type": "string", "description": "Search only this descendant."},
+                    "regex": {"type": "boolean", "description": "pattern is a regular expression"},
+                    "ignore_case": {"type": "boolean"},
+                },
+                "required": ["pattern"],
+                "additionalProperties": False,
+            },
+            jp_conversation_grep,
+        ),
+    }

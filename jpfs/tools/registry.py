@@ -1,0 +1,36 @@
+"""The registry: which tools an agent gets. Exactly those its profile lists, no more."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from jpfs.errors import ProfileError
+from jpfs.tools.base import Tool
+
+
+def catalog(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[str, Tool]:
+    """Every tool that could exist for this configuration (before the allow list)."""
+    from jpfs.tools import command, conversation, fs
+
+    tools: dict[str, Tool] = {}
+    tools.update(conversation.build(config, agents_dir))
+    tools.update(fs.FS_TOOLS)
+    for spec in command.parse_command_tools(config.get("tools", {})):
+        tools[spec.name] = command.make_command_tool(spec)
+    return tools
+
+
+def build_tools(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[str, Tool]:
+    tools_cfg = config.get("tools", {})
+    allow = [str(t) for t in tools_cfg.get("allow", [])]
+    everything = catalog(config, agents_dir)
+    declared = {str(c.get("name")) for c in tools_cfg.get("command", []) if isinstance(c, dict)}
+    out: dict[str, Tool] = {}
+    for name in [*allow, *sorted(declared - set(allow))]:
+        tool = everything.get(name)
+        if tool is None:
+            raise ProfileError(f"profile {config.get('name')!r} lists unknown tool {name!r}")
+        out[name] = tool
+    return out

@@ -1,0 +1,111 @@
+"""The workspace: a git work tree with a ``.jpfs/`` directory.
+
+Finding a workspace never runs git: it walks up from the current directory looking
+for ``.jpfs/config.toml``, so read-only commands start fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jpfs import config as config_mod
+from jpfs.errors import WorkspaceError
+
+if TYPE_CHECKING:
+    from jpfs.committer import Change, Committer
+
+JPFS_DIR = ".jpfs"
+LOCAL_DIR = ".jpfs/local"
+WORKTREES_DIR = ".jpfs/local/worktrees"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    config: config_mod.Config = field(compare=False)
+
+    @property
+    def jpfs_dir(self) -> Path:
+        return self.root / JPFS_DIR
+
+    @property
+    def local_dir(self) -> Path:
+        return self.root / LOCAL_DIR
+
+    @property
+    def agents_dir(self) -> Path:
+        return self.jpfs_dir / "agents"
+
+    @property
+    def conv_root_rel(self) -> str:
+        return str(self.config["conversations.root"]).strip("/")
+
+    @property
+    def conv_root(self) -> Path:
+        return self.root / self.conv_root_rel
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def ensure_local(self) -> Path:
+        self.local_dir.mkdir(parents=True, exist_ok=True)
+        return self.local_dir
+
+    @functools.cached_property
+    def committer(self) -> Committer:
+        # Imported here: pygit2 costs ~0.1 s and read-only commands never commit.
+        from jpfs.committer import Committer
+
+        return Committer(self.root, owned=(self.conv_root_rel,))
+
+    def commit(self, change: Change) -> str | None:
+        return self.committer.commit(change)
+
+
+def find_root(start: Path | None = None) -> Path:
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / JPFS_DIR / config_mod.CONFIG_FILE).is_file():
+            # A branch agent's worktree lives under the main workspace's
+            # .jpfs/local/worktrees and has its own checkout of .jpfs/; the
+            # workspace is always the main one.
+            parts = candidate.parts
+            for i in range(len(parts) - 3):
+                if parts[i : i + 3] == (".jpfs", "local", "worktrees"):
+                    return Path(*parts[:i])
+            return candidate
+    raise WorkspaceError(
+        f"no jpfs workspace at or above {here} (run `jpfs init` in a git repository,"
+        " or pass -w DIR)"
+    )
+
+
+def open_workspace(
+    path: Path | None = None, cfg: Sequence[str] = (), *, search: bool = True
+) -> Workspace:
+    """The workspace at ``path`` (or found upward from it / the cwd) with config loaded."""
+    if path is not None and not search:
+        root = path.resolve()
+        if not (root / JPFS_DIR / config_mod.CONFIG_FILE).is_file():
+            raise WorkspaceError(f"{root} is not a jpfs workspace (run `jpfs init` there)")
+    else:
+        root = find_root(path)
+    return Workspace(root, config_mod.load(root / JPFS_DIR, cfg))
+
+
+def git_toplevel(path: Path) -> Path | None:
+    proc = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        cwd=path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None
+    return Path(proc.stdout.strip())

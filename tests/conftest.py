@@ -1,0 +1,146 @@
+"""Shared fixtures: real git repositories in tmp_path, identity pinned, a real CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.messages_server import messages_server  # noqa: F401  (fixture)
+
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "Test User",
+    "GIT_AUTHOR_EMAIL": "user@example.com",
+    "GIT_COMMITTER_NAME": "Test User",
+    "GIT_COMMITTER_EMAIL": "user@example.com",
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolated_git(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No test sees the machine's git config, HOME or API keys."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = Test User\n\temail = user@example.com\n"
+        "[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n",
+        encoding="utf-8",
+    )
+    for key, value in IDENTITY.items():
+        monkeypatch.setenv(key, value)
+    for key in list(os.environ):
+        if key.startswith(("JPFS_", "ANTHROPIC_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("NO_COLOR", "1")
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
+    return proc.stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("# project\n", encoding="utf-8")
+    git(path, "add", "README.md")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(repo: Path) -> Callable[..., Result]:
+    """Run the jpfs CLI in-process (``main(argv)``), stdout/stderr captured, in ``repo``."""
+
+    def run(*args: str, cwd: Path | None = None, stdin: str = "") -> Result:
+        from jpfs.cli.main import main
+
+        out, err = io.StringIO(), io.StringIO()
+        old = Path.cwd()
+        os.chdir(cwd or repo)
+        old_stdin = sys.stdin
+        sys.stdin = io.StringIO(stdin)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(list(args))
+        finally:
+            sys.stdin = old_stdin
+            os.chdir(old)
+        return Result(code, out.getvalue(), err.getvalue())
+
+    return run
+
+
+@pytest.fixture
+def ws(repo: Path, cli: Callable[..., Result]) -> Path:
+    result = cli("init")
+    assert result.code == 0, result.stderr
+    return repo
+
+
+def jpfs_subprocess(
+    *args: str,
+    cwd: Path,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """The real console entry point in a separate process."""
+    return subprocess.run(
+        [sys.executable, "-m", "jpfs", *args],
+        cwd=cwd, capture_output=True, text=True, input=input, timeout=timeout,
+        env={**os.environ, **(env or {})}, check=False,
+    )  # fmt: skip
+
+
+def wait_until(
+    predicate: Callable[[], object],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    message: str = "condition",
+) -> object:
+    """Poll ``predicate`` until truthy or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    event = threading.Event()
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        event.wait(interval)
+
+
+@contextlib.contextmanager
+def no_thread_leak() -> Iterator[None]:
+    before = set(threading.enumerate())
+    yield
+    wait_until(
+        lambda: not [t for t in set(threading.enumerate()) - before if t.is_alive()],
+        timeout=5,
+        message="threads started by the test to end",
+    )
