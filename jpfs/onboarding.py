@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from jpfs import tree
 from jpfs.conversation import ANSWERS, QUESTIONS, TASK, Conversation
 from jpfs.providers.base import Request, ToolSpec
-from jpfs.state import onboarding_of, split_rounds
+from jpfs.state import READY_RE, onboarding_of, split_rounds
 
 if TYPE_CHECKING:
     from jpfs.runtime import Runner
@@ -87,7 +87,8 @@ def qa_text(conv: Conversation) -> str:
     a = split_rounds(conv.read(ANSWERS) or "")
     parts = []
     for n in sorted(q):
-        parts.append(f"### Round {n}\n\nQuestions:\n{q[n].strip()}\n")
+        label = "" if READY_RE.search(q[n]) else "Questions:\n"
+        parts.append(f"### Round {n}\n\n{label}{q[n].strip()}\n")
         if n in a:
             parts.append(f"Answers:\n{a[n].strip()}\n")
     return "\n".join(parts)

@@ -15,6 +15,9 @@
     [[script.turns]]
     text = "Done. {results}"         # a turn without tool_calls is the final answer
 
+An entry with ``when = "regex"`` is used only in runs whose last user text matches
+it (case-insensitively), so one helper script can branch on its task.
+
 Placeholders: ``{task}`` the run's first user text, ``{input}`` the last user text,
 ``{results}`` the previous turn's tool results, ``{conversation}`` the conversation id.
 An entry may also say ``error = "..."`` (the provider fails) or ``delay = 1.5``.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -99,7 +103,11 @@ class ScriptProvider:
         usage = Usage(sum(len(_text_of(m)) for m in messages) // 4 + 1, 0)
         if request.phase == "onboarding":
             return self._onboarding(request, values, usage, cancel)
-        entries = list(self.script.get("turns", []))
+        entries = [
+            e
+            for e in self.script.get("turns", [])
+            if not e.get("when") or re.search(str(e["when"]), values["input"], re.IGNORECASE)
+        ]
         finals = [e for e in entries if not e.get("tool_calls")]
         if turn < len(entries):
             entry = entries[turn]

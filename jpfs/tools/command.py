@@ -419,7 +419,10 @@ def run_command(spec: CommandToolSpec, ctx: ToolContext, args: Mapping[str, Any]
     if timed_out:
         status = f"timed out after {spec.timeout:g} s; the command and its children were killed"
     elif proc.returncode < 0:
-        status = f"killed by signal {signal.Signals(-proc.returncode).name}"
+        try:
+            status = f"killed by signal {signal.Signals(-proc.returncode).name}"
+        except ValueError:
+            status = f"killed by signal {-proc.returncode}"
     else:
         status = f"exit status {proc.returncode}"
     output = capture.text()
@@ -448,7 +451,8 @@ def _schema(spec: CommandToolSpec) -> JsonDict:
 
 
 def make_command_tool(spec: CommandToolSpec) -> Tool:
-    template = shlex.join(
+    # Unquoted on purpose: the model should see the placeholders as declared.
+    template = " ".join(
         [spec.program, *(t for a in spec.args for t in (a if isinstance(a, tuple) else (a,)))]
     )
     description = (
