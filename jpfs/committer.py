@@ -120,6 +120,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import pygit2
 
@@ -234,6 +235,8 @@ class Committer:
         self._closed = False
         self._index_cache: _IndexFile | None = None
         self._index_debt: set[str] = set()
+        self._verified: dict[bytes, tuple[tuple[int, int, int, int], bytes]] = {}
+        self._root_bytes = os.fsencode(self._root)
         self._packed_cache: tuple[tuple[int, int, int], dict[str, str]] | None = None
         self._commits = 0
         self._maintenance: threading.Thread | None = None
@@ -487,7 +490,7 @@ class Committer:
             if plan.new_tip is not None:
                 self._after_commits(len(plan.shas))
             if index_lock is not None:
-                self._sync_index(plan)
+                self._sync_index(plan, index_lock)
             else:
                 self._index_debt.update(plan.entries)
         finally:
@@ -634,14 +637,17 @@ class Committer:
         """Compare-and-swap ``name`` from ``old`` to ``new``; False if it had moved."""
         base = self._ref_base(name)
         target = base / name
-        lock = self._acquire(target, self._ref_lock_timeout, required=True)
+        lock = self._acquire(
+            target, self._ref_lock_timeout, required=True, content=f"{new}\n".encode()
+        )
         assert lock is not None
         try:
             if self._read_ref(name) != old:
                 return False
-            tmp_dir = self._private if base == self._gitdir else self._common_private
-            _write_replace(target, f"{new}\n".encode(), tmp_dir, self._fsync)
+            if self._fsync:
+                os.fsync(lock.fd)
             self._append_reflogs(name, old, new, message)
+            lock.commit()
             return True
         except OSError as exc:
             raise GitError(f"cannot update {name} in {base}: {exc.strerror}") from exc
@@ -672,14 +678,16 @@ class Committer:
 
     # -- locks --------------------------------------------------------------------------------
 
-    def _acquire(self, target: Path, timeout: float, *, required: bool) -> _LockFile | None:
+    def _acquire(
+        self, target: Path, timeout: float, *, required: bool, content: bytes = b""
+    ) -> _LockFile | None:
         """Take ``<target>.lock`` git-style, breaking it only if provably ours and dead."""
         lock = _LockFile(target, self._owners)
         deadline = time.monotonic() + timeout
         delay = 0.0005
         while True:
             try:
-                if lock.try_acquire():
+                if lock.try_acquire(content):
                     return lock
             except OSError as exc:
                 raise GitError(f"cannot create {lock.path}: {exc.strerror}") from exc
@@ -722,7 +730,7 @@ class Committer:
         self._index_cache = loaded
         return loaded
 
-    def _sync_index(self, plan: _Plan) -> None:
+    def _sync_index(self, plan: _Plan, lock: _LockFile) -> None:
         desired: dict[str, _Blob | None] = dict(plan.entries)
         if self._index_debt:
             tree = self._tree_of(self._resolve_head()[1])
@@ -743,7 +751,7 @@ class Committer:
                     index.set(key, blob.oid.raw, blob.mode, blob.stat)
                     changed = True
             if changed:
-                index.save(self._gitdir / "index", self._private, self._racy_modified, self._fsync)
+                index.save(lock, self._racy_modified, self._fsync)
             self._index_debt.clear()
         except BaseException:
             # The in-memory copy may be half-updated; re-read it next time.
@@ -752,8 +760,11 @@ class Committer:
 
     def _racy_modified(self, path: bytes, raw: bytes) -> bool:
         """Whether a racily clean index entry's file changed although its stat matches."""
-        mtime, ino, size = (struct.unpack_from(">I", raw, off)[0] for off in (8, 20, 36))
-        full = os.path.join(os.fsencode(self._root), path)
+        (mtime,) = struct.unpack_from(">I", raw, 8)
+        (ino,) = struct.unpack_from(">I", raw, 20)
+        (size,) = struct.unpack_from(">I", raw, 36)
+        oid = raw[40:60]
+        full = os.path.join(self._root_bytes, path)
         try:
             st = os.lstat(full)
             if (
@@ -762,6 +773,10 @@ class Committer:
                 or st.st_size & _MASK32 != size
             ):
                 return False  # git notices from the stat data alone
+            identity = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if self._verified.get(path) == (identity, oid):
+                return False
+            checked_at = time.time_ns()
             if stat.S_ISLNK(st.st_mode):
                 data = os.fsencode(os.readlink(full))
             else:
@@ -769,7 +784,16 @@ class Committer:
                     data = fh.read()
         except OSError:
             return False
-        return pygit2.hash(data).raw != raw[40:60]
+        if pygit2.hash(data).raw != oid:
+            return True
+        # Unchanged since well before we read it: a later write would move the ctime
+        # past the filesystem's timestamp granularity, so the same ctime proves the same
+        # content and the next write need not read it again.
+        if st.st_ctime_ns < checked_at - _TIMESTAMP_SLACK_NS:
+            if len(self._verified) > 4096:
+                self._verified.clear()
+            self._verified[path] = (identity, oid)
+        return False
 
     # -- maintenance ------------------------------------------------------------------------
 
@@ -820,6 +844,8 @@ class Committer:
 # --------------------------------------------------------------------------- internals
 
 _MAX_CAS_ATTEMPTS = 64
+# Filesystem timestamps come from a coarse clock (jiffies); 50 ms is far beyond it.
+_TIMESTAMP_SLACK_NS = 50_000_000
 
 
 @dataclass
@@ -917,31 +943,6 @@ def _read_all(fd: int, size_hint: int) -> bytes:
     while chunk := os.read(fd, 1 << 16):
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _write_replace(target: Path, data: bytes, tmp_dir: Path, fsync: bool) -> None:
-    """Replace ``target`` atomically with ``data`` (temp file + rename)."""
-    tmp = tmp_dir / f"tmp-{os.getpid()}-{secrets.token_hex(6)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if fsync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    os.close(fd)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _lookup(tree: pygit2.Tree | None, path: str) -> tuple[pygit2.Oid, int] | None:
@@ -1055,57 +1056,113 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
 # --------------------------------------------------------------------------- lock files
 
 
-class _LockFile:
-    """``<target>.lock`` taken with O_CREAT|O_EXCL, marked as ours by an owner file.
+class _Marker:
+    """This process's flocked marker file; hard links to it name the locks we hold.
 
-    See "Stale locks" in the module docstring for why this is safe to break.
+    The kernel releases the flock when the process dies, so "the marker's flock is free"
+    means "its process is dead". Linking is much cheaper than creating a file.
+    """
+
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+    _by_dir: ClassVar[dict[Path, _Marker]] = {}
+
+    def __init__(self, directory: Path) -> None:
+        self.pid = os.getpid()
+        self.path = directory / f"proc-{self.pid}-{secrets.token_hex(6)}"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        os.write(self.fd, f"jpfs pid {self.pid}\n".encode())
+
+    @classmethod
+    def for_dir(cls, directory: Path) -> _Marker:
+        with cls._lock:
+            marker = cls._by_dir.get(directory)
+            # After a fork the child shares the parent's flock; it needs its own.
+            if marker is None or marker.pid != os.getpid():
+                marker = cls._by_dir[directory] = cls(directory)
+            return marker
+
+
+class _LockFile:
+    """``<target>.lock`` taken with O_CREAT|O_EXCL, registered as ours.
+
+    Registration is a hard link ``<owners>/<dev>-<ino>-<ctime_ns>`` to this process's
+    marker. See "Stale locks" in the module docstring for why breaking is then safe.
     """
 
     def __init__(self, target: Path, owners: Path) -> None:
         self.target = target
         self.path = target.with_name(target.name + ".lock")
         self._owners = owners
-        self._owner_fd = -1
-        self._owner_path: Path | None = None
+        self._fd = -1
+        self._owner: Path | None = None
 
-    def try_acquire(self) -> bool:
-        marker = self._owners / f"tmp-{os.getpid()}-{secrets.token_hex(6)}"
-        ofd = os.open(marker, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        fcntl.flock(ofd, fcntl.LOCK_EX)
+    def try_acquire(self, content: bytes = b"") -> bool:
+        """Create the lock (holding ``content``, written before registering)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         try:
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+                fd = os.open(self.path, flags, 0o666)
             except FileNotFoundError:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+                fd = os.open(self.path, flags, 0o666)
         except FileExistsError:
-            os.unlink(marker)
-            os.close(ofd)
             return False
+        try:
+            if content:
+                _write_all(fd, content)
+            self._fd = fd
+            self._register()
         except BaseException:
-            os.unlink(marker)
-            os.close(ofd)
+            os.close(fd)
+            self._fd = -1
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
             raise
-        st = os.fstat(fd)
-        os.close(fd)
-        os.write(ofd, f"{st.st_ctime_ns} {os.getpid()} {self.path}\n".encode())
-        owner = self._owners / f"{st.st_dev}-{st.st_ino}"
-        os.rename(marker, owner)
-        self._owner_fd, self._owner_path = ofd, owner
         return True
 
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    def _register(self) -> None:
+        st = os.fstat(self._fd)
+        owner = self._owners / f"{st.st_dev}-{st.st_ino}-{st.st_ctime_ns}"
+        if self._owner is None:
+            os.link(_Marker.for_dir(self._owners).path, owner)
+        elif owner != self._owner:
+            os.rename(self._owner, owner)
+        self._owner = owner
+
+    def write(self, data: Sequence[bytes], fsync: bool) -> None:
+        """Make the concatenated ``data`` the lock's content (what ``commit`` installs)."""
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        _writev_all(self._fd, data)
+        if fsync:
+            os.fsync(self._fd)
+        # Writing changed the ctime the registration names; a crash before this
+        # rename leaves an anonymous lock, never a misattributed one.
+        self._register()
+
+    def commit(self) -> None:
+        """Install the lock's content as the target (git's commit_lock_file)."""
+        self._finish(lambda: os.rename(self.path, self.target))
+
     def release(self) -> None:
-        """Drop the lock: owner file first, so it never outlives the lock it names."""
-        if self._owner_path is None:
+        """Drop the lock without installing anything."""
+        self._finish(lambda: os.unlink(self.path))
+
+    def _finish(self, action: Callable[[], None]) -> None:
+        if self._owner is None:
             return
+        # Unregister first: a registration must never outlive the lock it names.
         try:
-            os.unlink(self._owner_path)
+            os.unlink(self._owner)
+            action()
         finally:
-            try:
-                os.unlink(self.path)
-            finally:
-                os.close(self._owner_fd)
-                self._owner_fd, self._owner_path = -1, None
+            os.close(self._fd)
+            self._fd, self._owner = -1, None
 
     def break_if_stale(self) -> bool:
         """Remove the lock if a dead jpfs process left it; True if it is gone now."""
@@ -1113,71 +1170,81 @@ class _LockFile:
             st = os.stat(self.path)
         except FileNotFoundError:
             return True
-        owner = self._owners / f"{st.st_dev}-{st.st_ino}"
+        identity = (st.st_dev, st.st_ino, st.st_ctime_ns)
+        owner = self._owners / "{}-{}-{}".format(*identity)
         try:
-            ofd = os.open(owner, os.O_RDWR | os.O_CLOEXEC)
+            ofd = os.open(owner, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return False  # not ours (git's, or ours mid-registration): wait
         try:
             try:
                 fcntl.flock(ofd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                return False  # its creator is alive
+                return False  # its creator is alive (or another breaker is here)
             try:
                 if os.stat(owner).st_ino != os.fstat(ofd).st_ino:
-                    return False  # another contender broke it and the name was reused
-                record = os.pread(ofd, 4096, 0).decode(errors="replace").split(" ", 2)
+                    return False
                 now = os.stat(self.path)
             except FileNotFoundError:
                 return False
-            if (
-                len(record) != 3
-                or record[0] != str(st.st_ctime_ns)
-                or record[2].rstrip("\n") != str(self.path)
-                or (now.st_dev, now.st_ino, now.st_ctime_ns)
-                != (st.st_dev, st.st_ino, st.st_ctime_ns)
-            ):
+            if (now.st_dev, now.st_ino, now.st_ctime_ns) != identity:
                 return False
+            who = os.pread(ofd, 200, 0).decode(errors="replace").strip()
             os.unlink(owner)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
-            log.info("removed %s left by dead jpfs process %s", self.path, record[1])
+            log.info("removed %s left by a dead process (%s)", self.path, who)
             return True
         finally:
             os.close(ofd)
 
 
 def _sweep_owner_file(owner: Path) -> None:
-    """Remove an unflocked marker or an owner file whose lock is gone."""
+    """Remove a dead process's marker, or a registration abandoned for a day.
+
+    A registration whose lock still exists is normally left for ``break_if_stale``; one
+    older than a day belongs to a lock someone removed by hand (git tells users to).
+    """
     try:
-        ofd = os.open(owner, os.O_RDWR | os.O_CLOEXEC)
+        ofd = os.open(owner, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return
     try:
         try:
             fcntl.flock(ofd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return
+            return  # a live process
         if os.stat(owner).st_ino != os.fstat(ofd).st_ino:
             return
-        if owner.name.startswith("tmp-"):
-            # Young markers may be between creation and flock in their process.
-            if os.fstat(ofd).st_mtime < time.time() - 60:
-                os.unlink(owner)
+        if owner.name.startswith("proc-"):
+            os.unlink(owner)  # its registrations keep the inode alive for breakers
             return
-        ctime, _, lockpath = os.pread(ofd, 4096, 0).decode(errors="replace").partition(" ")
-        lockpath = lockpath.partition(" ")[2].rstrip("\n")
-        try:
-            st = os.stat(lockpath)
-            alive = f"{st.st_dev}-{st.st_ino}" == owner.name and str(st.st_ctime_ns) == ctime
-        except OSError:
-            alive = False
-        if not alive:
+        created_ns = int(owner.name.rsplit("-", 1)[-1])
+        if time.time_ns() - created_ns > 86_400 * 1_000_000_000:
             os.unlink(owner)
-    except OSError:
+    except (OSError, ValueError):
         pass
     finally:
         os.close(ofd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _writev_all(fd: int, buffers: Sequence[bytes]) -> None:
+    # Gathered writes spare joining a multi-megabyte index into one buffer first.
+    for at in range(0, len(buffers), 512):
+        group = buffers[at : at + 512]
+        written = os.writev(fd, group)
+        for buf in group:
+            if written >= len(buf):
+                written -= len(buf)
+                continue
+            _write_all(fd, buf[written:])  # short write (rare): finish one by one
+            written = 0
 
 
 # --------------------------------------------------------------------------- index codec
@@ -1207,25 +1274,23 @@ class _IndexFile:
         raise NotImplementedError
 
     def save(
-        self,
-        index_path: Path,
-        tmp_dir: Path,
-        racy_modified: Callable[[bytes, bytes], bool],
-        fsync: bool,
+        self, lock: _LockFile, racy_modified: Callable[[bytes, bytes], bool], fsync: bool
     ) -> None:
+        """Install this index through ``lock`` (held on the index), releasing it."""
         raise NotImplementedError
 
 
 class _CacheTree:
-    """One node of the ``TREE`` extension: (name, entry_count, oid, children)."""
+    """One node of the ``TREE`` extension, caching its own serialization."""
 
-    __slots__ = ("children", "count", "name", "oid")
+    __slots__ = ("cached", "children", "count", "name", "oid")
 
     def __init__(self, name: bytes, count: int, oid: bytes | None) -> None:
         self.name = name
         self.count = count
         self.oid = oid
         self.children: list[_CacheTree] = []
+        self.cached: bytes | None = None
 
     @classmethod
     def parse(cls, data: bytes) -> _CacheTree:
@@ -1258,7 +1323,7 @@ class _CacheTree:
         # is itself the changed path.
         node = self
         while True:
-            node.count, node.oid = -1, None
+            node.count, node.oid, node.cached = -1, None, None
             head, sep, rest = path.partition(b"/")
             if not sep:
                 node.children = [c for c in node.children if c.name != head]
@@ -1270,25 +1335,49 @@ class _CacheTree:
             else:
                 return
 
-    def serialize(self, out: list[bytes]) -> None:
-        out.append(b"%s\0%d %d\n" % (self.name, self.count, len(self.children)))
-        if self.oid is not None:
-            out.append(self.oid)
-        for child in self.children:
-            child.serialize(out)
+    def serialize(self) -> bytes:
+        if self.cached is None:
+            parts = [b"%s\0%d %d\n" % (self.name, self.count, len(self.children))]
+            if self.oid is not None:
+                parts.append(self.oid)
+            parts.extend(child.serialize() for child in self.children)
+            self.cached = b"".join(parts)
+        return self.cached
+
+
+class _Chunk:
+    """A run of consecutive index entries and, while unchanged, their joined bytes."""
+
+    __slots__ = ("joined", "keys", "raws")
+
+    def __init__(self, keys: list[bytes], raws: list[bytes]) -> None:
+        self.keys = keys
+        self.raws = raws
+        self.joined: bytes | None = None
+
+    def data(self) -> bytes:
+        if self.joined is None:
+            self.joined = b"".join(self.raws)
+        return self.joined
+
+
+_CHUNK = 256
 
 
 class _FastIndex(_IndexFile):
     """Index versions 2 and 3, entries kept as their on-disk bytes.
 
-    ``keys`` are ``path + b"\\0" + stage`` so bytewise order equals git's (path, stage)
-    order and one bisect finds all stages of a path.
+    Entries live in chunks (a rope) whose joined bytes are cached, so re-emitting a
+    100k-entry index after a few changes copies bytes instead of re-joining 100k
+    objects. ``keys`` are ``path + b"\\0" + stage``: bytewise order is git's (path,
+    stage) order and one bisect range holds all stages of a path.
     """
 
     def __init__(self, version: int) -> None:
         self.version = version
-        self.keys: list[bytes] = []
-        self.raws: list[bytes] = []
+        self.chunks: list[_Chunk] = []
+        self.firsts: list[bytes] = []  # first key of each chunk, for bisect
+        self.count = 0
         self.cache_tree: _CacheTree | None = None
         self.reuc: bytes | None = None
         self.mtime_sec = 0
@@ -1317,10 +1406,13 @@ class _FastIndex(_IndexFile):
         index = cls(version)
         index.mtime_sec = int(st.st_mtime)
         index.stamp = _stamp(st)
-        keys, raws, racy = index.keys, index.raws, index.racy
+        keys: list[bytes] = []
+        raws: list[bytes] = []
+        racy = index.racy
         unpack = struct.unpack_from
         find = body.find
         newer = index.mtime_sec
+        stages = [b"\0\0", b"\0\1", b"\0\2", b"\0\3"]
         off = 12
         for _ in range(count):
             flags = (body[off + 60] << 8) | body[off + 61]
@@ -1329,12 +1421,15 @@ class _FastIndex(_IndexFile):
             end = find(b"\0", start) if length == 0xFFF else start + length
             size = (end - off + 8) & ~7
             path = body[start:end]
-            keys.append(path + b"\0" + bytes(((flags >> 12) & 3,)))
+            keys.append(path + stages[(flags >> 12) & 3])
             raws.append(body[off : off + size])
-            mtime = unpack(">I", body, off + 8)[0]
-            if mtime >= newer:
-                racy[path] = mtime
+            if unpack(">I", body, off + 8)[0] >= newer:
+                racy[path] = unpack(">I", body, off + 8)[0]
             off += size
+        for at in range(0, len(keys), _CHUNK):
+            index.chunks.append(_Chunk(keys[at : at + _CHUNK], raws[at : at + _CHUNK]))
+            index.firsts.append(keys[at])
+        index.count = len(keys)
         while off + 8 <= len(body):
             sig = body[off : off + 4]
             (length,) = unpack(">I", body, off + 4)
@@ -1353,38 +1448,75 @@ class _FastIndex(_IndexFile):
             raise _IndexUnsupported("truncated index")
         return index
 
-    def _span(self, path: bytes) -> tuple[int, int]:
-        lo = bisect.bisect_left(self.keys, path + b"\0\0")
-        hi = bisect.bisect_left(self.keys, path + b"\0\4", lo)
-        return lo, hi
+    def _slices(self, lo: bytes, hi: bytes) -> list[tuple[_Chunk, int, int]]:
+        """(chunk, i, j) runs of the entries with lo <= key < hi, in order."""
+        found = []
+        at = max(bisect.bisect_right(self.firsts, lo) - 1, 0)
+        while at < len(self.chunks):
+            chunk = self.chunks[at]
+            i = bisect.bisect_left(chunk.keys, lo)
+            j = bisect.bisect_left(chunk.keys, hi, i)
+            if j > i:
+                found.append((chunk, i, j))
+            if j < len(chunk.keys):
+                break
+            at += 1
+        return found
+
+    def _delete(self, lo: bytes, hi: bytes) -> bool:
+        slices = self._slices(lo, hi)
+        for chunk, i, j in reversed(slices):
+            for key in chunk.keys[i:j]:
+                path = key[:-2]
+                self.racy.pop(path, None)
+                self.fresh.discard(path)
+                if self.cache_tree is not None:
+                    self.cache_tree.invalidate(path)
+            del chunk.keys[i:j]
+            del chunk.raws[i:j]
+            chunk.joined = None
+            self.count -= j - i
+            at = self.chunks.index(chunk)
+            if chunk.keys:
+                self.firsts[at] = chunk.keys[0]
+            else:
+                del self.chunks[at]
+                del self.firsts[at]
+        return bool(slices)
+
+    def _insert(self, key: bytes, raw: bytes) -> None:
+        if not self.chunks:
+            self.chunks.append(_Chunk([], []))
+            self.firsts.append(key)
+        at = max(bisect.bisect_right(self.firsts, key) - 1, 0)
+        chunk = self.chunks[at]
+        i = bisect.bisect_left(chunk.keys, key)
+        chunk.keys.insert(i, key)
+        chunk.raws.insert(i, raw)
+        chunk.joined = None
+        self.firsts[at] = chunk.keys[0]
+        self.count += 1
+        if len(chunk.keys) > 2 * _CHUNK:
+            tail = _Chunk(chunk.keys[_CHUNK:], chunk.raws[_CHUNK:])
+            del chunk.keys[_CHUNK:]
+            del chunk.raws[_CHUNK:]
+            self.chunks.insert(at + 1, tail)
+            self.firsts.insert(at + 1, tail.keys[0])
 
     def get(self, path: bytes) -> tuple[bytes, int] | None:
-        lo, hi = self._span(path)
-        if hi - lo != 1 or self.keys[lo][-1] != 0:
+        slices = self._slices(path + b"\0\0", path + b"\0\4")
+        if len(slices) != 1:
             return None
-        raw = self.raws[lo]
+        chunk, i, j = slices[0]
+        if j - i != 1 or chunk.keys[i][-1] != 0:
+            return None
+        raw = chunk.raws[i]
         return raw[40:60], struct.unpack_from(">I", raw, 24)[0]
 
-    def _delete(self, lo: int, hi: int) -> None:
-        for key in self.keys[lo:hi]:
-            path = key[:-2]
-            self.racy.pop(path, None)
-            self.fresh.discard(path)
-            if self.cache_tree is not None:
-                self.cache_tree.invalidate(path)
-        del self.keys[lo:hi]
-        del self.raws[lo:hi]
-
     def remove(self, path: bytes) -> bool:
-        lo, hi = self._span(path)
         # A directory of that name (the path used to be a tree) goes too.
-        dlo = bisect.bisect_left(self.keys, path + b"/")
-        dhi = bisect.bisect_left(self.keys, path + b"0", dlo)
-        if dhi > dlo:
-            self._delete(dlo, dhi)
-        if hi > lo:
-            self._delete(lo, hi)
-        return hi > lo or dhi > dlo
+        under = self._delete(path + b"/", path + b"0")
+        return self._delete(path + b"\0\0", path + b"\0\4") or under
 
     def set(self, path: bytes, oid: bytes, mode: int, st: os.stat_result | None) -> None:
         self.remove(path)
@@ -1392,9 +1524,8 @@ class _FastIndex(_IndexFile):
         # add_index_entry_with_check does the same).
         parts = path.split(b"/")
         for depth in range(1, len(parts)):
-            lo, hi = self._span(b"/".join(parts[:depth]))
-            if hi > lo:
-                self._delete(lo, hi)
+            parent = b"/".join(parts[:depth])
+            self._delete(parent + b"\0\0", parent + b"\0\4")
         if st is None:
             fields = (0,) * 6 + (mode,) + (0,) * 3
         else:
@@ -1411,11 +1542,7 @@ class _FastIndex(_IndexFile):
                 st.st_size & _MASK32,
             )
         head = struct.pack(">10I20sH", *fields, oid, min(len(path), 0xFFF))
-        raw = head + path + b"\0" * (8 - (62 + len(path)) % 8)
-        key = path + b"\0\0"
-        at = bisect.bisect_left(self.keys, key)
-        self.keys.insert(at, key)
-        self.raws.insert(at, raw)
+        self._insert(path + b"\0\0", head + path + b"\0" * (8 - (62 + len(path)) % 8))
         self.fresh.add(path)
         if fields[2]:
             self.racy[path] = fields[2]
@@ -1426,32 +1553,33 @@ class _FastIndex(_IndexFile):
         for path in list(self.racy):
             if path in self.fresh:
                 continue  # just hashed by us; the next write re-checks it
-            lo, hi = self._span(path)
-            if hi - lo != 1:
+            slices = self._slices(path + b"\0\0", path + b"\0\1")
+            if not slices:
                 continue
-            raw = self.raws[lo]
+            chunk, i, _ = slices[0]
+            raw = chunk.raws[i]
             if raw[36:40] != b"\0\0\0\0" and racy_modified(path, raw):
-                self.raws[lo] = raw[:36] + b"\0\0\0\0" + raw[40:]
+                chunk.raws[i] = raw[:36] + b"\0\0\0\0" + raw[40:]
+                chunk.joined = None
 
     def save(
-        self,
-        index_path: Path,
-        tmp_dir: Path,
-        racy_modified: Callable[[bytes, bytes], bool],
-        fsync: bool,
+        self, lock: _LockFile, racy_modified: Callable[[bytes, bytes], bool], fsync: bool
     ) -> None:
         self._smudge_racy(racy_modified)
-        parts = [b"DIRC" + struct.pack(">II", self.version, len(self.raws)), *self.raws]
+        parts = [b"DIRC" + struct.pack(">II", self.version, self.count)]
+        parts.extend(chunk.data() for chunk in self.chunks)
         if self.cache_tree is not None:
-            tree: list[bytes] = []
-            self.cache_tree.serialize(tree)
-            payload = b"".join(tree)
+            payload = self.cache_tree.serialize()
             parts += [b"TREE", struct.pack(">I", len(payload)), payload]
         if self.reuc is not None:
             parts += [b"REUC", struct.pack(">I", len(self.reuc)), self.reuc]
-        body = b"".join(parts)
-        _write_replace(index_path, body + hashlib.sha1(body).digest(), tmp_dir, fsync)
-        st = os.stat(index_path)
+        digest = hashlib.sha1()
+        for part in parts:
+            digest.update(part)
+        parts.append(digest.digest())
+        lock.write(parts, fsync)
+        lock.commit()
+        st = os.stat(lock.target)
         self.stamp = _stamp(st)
         self.mtime_sec = int(st.st_mtime)
         self.racy = {p: m for p, m in self.racy.items() if m >= self.mtime_sec}
@@ -1504,12 +1632,9 @@ class _Libgit2Index(_IndexFile):
         return found
 
     def save(
-        self,
-        index_path: Path,
-        tmp_dir: Path,
-        racy_modified: Callable[[bytes, bytes], bool],
-        fsync: bool,
+        self, lock: _LockFile, racy_modified: Callable[[bytes, bytes], bool], fsync: bool
     ) -> None:
         self._index.write()
-        os.rename(self._tmp, index_path)
-        self.stamp = _stamp(os.stat(index_path))
+        os.rename(self._tmp, lock.target)
+        lock.release()
+        self.stamp = _stamp(os.stat(lock.target))

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jpfs import frontmatter, locks, messages, onboarding, record, tree
-from jpfs.conversation import RESULT, Conversation, now
+from jpfs.committer import Identity
+from jpfs.conversation import ANSWERS, RESULT, TASK, Conversation, now
 from jpfs.errors import FormatError, JpfsError, LimitError, ProviderError
 from jpfs.providers.base import Cancelled, Provider, Reply, Request
 from jpfs.state import State
@@ -49,6 +50,11 @@ def make_provider(config: Mapping[str, Any]) -> Provider:
     from jpfs.providers.anthropic import AnthropicProvider
 
     return AnthropicProvider()
+
+
+def agent_identity(agent: str) -> Identity:
+    """Agents author their own commits; the committer stays the user running jpfs."""
+    return Identity(f"{agent} (jpfs agent)", f"{agent}@agents.jpfs.invalid")
 
 
 def system_prompt(config: Mapping[str, Any], conv_id: str) -> str:
@@ -89,7 +95,19 @@ class Runner:
         return self.provider(conv.config).complete(request, self.cancel)
 
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
-        record.commit(self.ws, conv.id, event, agent=conv.meta().get("agent"), **kwargs)
+        agent = str(conv.meta().get("agent") or "agent")
+        record.commit(self.ws, conv.id, event, agent=agent, author=agent_identity(agent), **kwargs)
+
+    def commit_caller_edits(self, conv: Conversation) -> None:
+        """Commit what the caller wrote by hand (task.md, answers.md...) as the user, so
+        history shows their input before the agent's reaction, never folded into it."""
+        event = "edit"
+        state = tree.state_of(conv)
+        if state is State.ONBOARDING and conv.read(ANSWERS) is not None:
+            event = "answers"
+        elif not conv.event_names() and conv.read(TASK) is not None:
+            event = "task"
+        record.commit(self.ws, conv.id, event, agent=conv.meta().get("agent"))
 
     # -- the loop ---------------------------------------------------------------------
     def run(self, conv_id: str) -> State:
@@ -100,6 +118,7 @@ class Runner:
 
     def run_locked(self, conv: Conversation) -> State:
         turns = 0
+        self.commit_caller_edits(conv)
         while True:
             if self.cancel.is_set():
                 raise Cancelled(f"run of {conv.id} cancelled")

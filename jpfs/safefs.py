@@ -19,7 +19,7 @@ import re
 import secrets
 import stat
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -239,16 +239,30 @@ def _check_cancel(cancel: threading.Event | None) -> None:
         raise ToolError("cancelled")
 
 
+Hide = Callable[[str], bool]
+
+
 def _walk(
-    dfd: int, prefix: str, parent: str | None, recursive: bool, depth: int = 0
+    dfd: int,
+    prefix: str,
+    parent: str | None,
+    recursive: bool,
+    depth: int = 0,
+    hide: Hide | None = None,
 ) -> Iterator[tuple[str, os.DirEntry[str], int]]:
-    """Yield (relpath, entry, fd of its directory); links are reported, never entered."""
+    """Yield (relpath, entry, fd of its directory); links are reported, never entered.
+
+    ``hide(relpath)`` lets the caller keep whole subtrees out of sight (e.g. other
+    agents' conversations), neither listed nor entered.
+    """
     with os.scandir(dfd) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
         if _is_dotgit(entry.name) or _is_local_state(parent, entry.name):
             continue
         rel = prefix + entry.name
+        if hide is not None and hide(rel):
+            continue
         yield rel, entry, dfd
         if not (recursive and depth < _MAX_DEPTH and entry.is_dir(follow_symlinks=False)):
             continue
@@ -257,7 +271,7 @@ def _walk(
         except OSError:
             continue  # removed or swapped for a link since it was listed
         try:
-            yield from _walk(sub, rel + "/", entry.name, recursive, depth + 1)
+            yield from _walk(sub, rel + "/", entry.name, recursive, depth + 1, hide)
         finally:
             os.close(sub)
 
@@ -276,6 +290,7 @@ def list_dir(
     recursive: bool = False,
     max_entries: int = 1000,
     cancel: threading.Event | None = None,
+    hide: Hide | None = None,
 ) -> Listing:
     """Entries under a directory, sorted (depth-first when recursive), links not followed."""
     parts = split_relpath(relpath)
@@ -285,7 +300,7 @@ def list_dir(
     complete = True
     try:
         prefix = "/".join(parts) + "/" if parts else ""
-        for rel, entry, _ in _walk(dfd, prefix, parts[-1] if parts else None, recursive):
+        for rel, entry, _ in _walk(dfd, prefix, parts[-1] if parts else None, recursive, 0, hide):
             if total >= _SCAN_CAP:
                 complete = False
                 break
@@ -347,6 +362,7 @@ def grep(
     ignore_case: bool = False,
     max_matches: int = 200,
     cancel: threading.Event | None = None,
+    hide: Hide | None = None,
 ) -> GrepResult:
     """Lines matching ``pattern`` (a literal unless ``regex``) in a file or a directory tree."""
     if pattern == "":
@@ -366,7 +382,7 @@ def grep(
                 raise ToolError(f"path {_show(relpath)} is not a searchable text file")
             return GrepResult(tuple(found[:max_matches]), len(found), 1, 0, True)
         prefix = "/".join(parts) + "/" if parts else ""
-        for rel, entry, dfd in _walk(start, prefix, parts[-1] if parts else None, True):
+        for rel, entry, dfd in _walk(start, prefix, parts[-1] if parts else None, True, 0, hide):
             seen += 1
             if seen > _SCAN_CAP:
                 break

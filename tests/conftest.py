@@ -144,3 +144,18 @@ def no_thread_leak() -> Iterator[None]:
         timeout=5,
         message="threads started by the test to end",
     )
+
+
+def write_profile(ws: Path, name: str, text: str) -> Path:
+    """Add an agent profile to a test workspace (committed like a user would)."""
+    path = ws / ".jpfs" / "agents" / f"{name}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def api_env(messages_server, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The real anthropic SDK pointed at the local Messages API server."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", messages_server.url)
+    return messages_server

@@ -55,6 +55,16 @@ class Tool:
         return ToolSpec(self.name, self.description, self.input_schema)
 
 
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "string": str,
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
+
+
 def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> JsonDict:
     """Cheap structural check before a tool runs: required keys, no unknown keys, basic types.
 
@@ -63,32 +73,27 @@ def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> JsonDict:
     """
     schema = tool.input_schema
     props: Mapping[str, Any] = schema.get("properties", {})
-    missing = [k for k in schema.get("required", []) if k not in arguments]
+    missing = [k for k in schema.get("required", []) if arguments.get(k) is None]
     if missing:
         raise ToolError(f"{tool.name}: missing required argument(s): {', '.join(missing)}")
     if schema.get("additionalProperties") is False:
         unknown = sorted(set(arguments) - set(props))
         if unknown:
             raise ToolError(f"{tool.name}: unknown argument(s): {', '.join(unknown)}")
-    types = {
-        "string": str,
-        "integer": int,
-        "number": (int, float),
-        "boolean": bool,
-        "array": list,
-        "object": dict,
-    }
     for key, value in arguments.items():
         prop = props.get(key)
         if not prop or value is None:
             continue
         expected = prop.get("type")
-        if isinstance(expected, str) and expected in types:
-            py = types[expected]
-            ok = isinstance(value, py) and not (expected == "integer" and isinstance(value, bool))
+        if isinstance(expected, str) and expected in _TYPES:
+            # bool is an int subclass in Python but not a number in JSON schema.
+            ok = isinstance(value, _TYPES[expected]) and (
+                expected == "boolean" or not isinstance(value, bool)
+            )
             if not ok:
                 raise ToolError(f"{tool.name}: argument {key!r} must be of type {expected}")
         enum = prop.get("enum")
         if enum is not None and value not in enum:
-            raise ToolError(f"{tool.name}: argument {key!r} must be one of {', '.join(map(str, enum))}")
-    return dict(arguments)
+            choices = ", ".join(map(str, enum))
+            raise ToolError(f"{tool.name}: argument {key!r} must be one of {choices}")
+    return {k: v for k, v in arguments.items() if v is not None}

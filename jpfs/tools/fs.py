@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jpfs import safefs
-from jpfs.errors import ToolError
+from jpfs.errors import ScopeError, ToolError
 from jpfs.tools.base import JsonDict, Tool, ToolContext
 
 READ_CAP_BYTES = 2_000_000
@@ -68,8 +68,50 @@ def path_is_writable(relpath: str, patterns: Sequence[str]) -> bool:
     return any(_glob_regex(p).fullmatch(relpath) for p in patterns if p.strip())
 
 
-def _check_writable(ctx: ToolContext, path: str) -> str:
+def _conv_scope(ctx: ToolContext) -> tuple[str, str | None]:
+    """(conversation root, the caller's own conversation dir), relative to files_root."""
+    ws = ctx.services.get("ws")
+    root = str(getattr(ws, "conv_root_rel", "conversations"))
+    return root, f"{root}/{ctx.conversation}" if ctx.conversation else None
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top + "/")
+
+
+def hidden_from(ctx: ToolContext) -> safefs.Hide:
+    """Other conversations are out of sight: the record is read through jp_conversation_*
+    tools, which apply the subtree rule; a file tool must not be a way around it."""
+    root, own = _conv_scope(ctx)
+
+    def hide(rel: str) -> bool:
+        if not _under(rel, root) or rel == root:
+            return False
+        return own is None or not (_under(rel, own) or _under(own, rel))
+
+    return hide
+
+
+def check_visible(ctx: ToolContext, path: str) -> str:
     rel = safefs.normalize_relpath(path)
+    if rel != "." and hidden_from(ctx)(rel):
+        raise ScopeError(
+            f"path {rel!r} belongs to another conversation; use the jp_conversation_* tools"
+        )
+    return rel
+
+
+def _check_writable(ctx: ToolContext, path: str) -> str:
+    rel = check_visible(ctx, path)
+    root, own = _conv_scope(ctx)
+    if rel.split("/")[0].lower() == ".jpfs":
+        # Profiles and config are the security policy; an agent must not rewrite them.
+        raise ScopeError(f"path {rel!r} is jpfs configuration; agents cannot write it")
+    if _under(rel, root) and not (own is not None and _under(rel, f"{own}/files")):
+        raise ScopeError(
+            f"path {rel!r} is in the conversation record; agents may write only under"
+            f" {own or root}/files/"
+        )
     if not any(p.strip() for p in ctx.writable):
         raise ToolError("this agent's profile does not allow writing files")
     if rel == "." or not path_is_writable(rel, ctx.writable):
@@ -96,7 +138,7 @@ def _read(ctx: ToolContext, args: JsonDict) -> str:
     limit: int = _arg(args, "limit", int, READ_DEFAULT_LINES)
     if offset < 1 or limit < 1:
         raise ToolError("offset and limit must be at least 1")
-    text, cut = safefs.read_text(ctx.files_root, path, READ_CAP_BYTES)
+    text, cut = safefs.read_text(ctx.files_root, check_visible(ctx, path), READ_CAP_BYTES)
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -127,7 +169,14 @@ def _read(ctx: ToolContext, args: JsonDict) -> str:
 def _list(ctx: ToolContext, args: JsonDict) -> str:
     path: str = _arg(args, "path", str, ".")
     recursive: bool = _arg(args, "recursive", bool, False)
-    listing = safefs.list_dir(ctx.files_root, path, recursive, LIST_MAX_ENTRIES, ctx.cancel)
+    listing = safefs.list_dir(
+        ctx.files_root,
+        check_visible(ctx, path),
+        recursive,
+        LIST_MAX_ENTRIES,
+        ctx.cancel,
+        hidden_from(ctx),
+    )
     lines = []
     for e in listing.entries:
         if e.kind == "dir":
@@ -152,7 +201,14 @@ def _grep(ctx: ToolContext, args: JsonDict) -> str:
     regex: bool = _arg(args, "regex", bool, False)
     ignore_case: bool = _arg(args, "ignore_case", bool, False)
     res = safefs.grep(
-        ctx.files_root, pattern, path, regex, ignore_case, GREP_MAX_MATCHES, ctx.cancel
+        ctx.files_root,
+        pattern,
+        check_visible(ctx, path),
+        regex,
+        ignore_case,
+        GREP_MAX_MATCHES,
+        ctx.cancel,
+        hidden_from(ctx),
     )
     lines = [f"{m.path}:{m.line_no}: {m.line}" for m in res.matches]
     if not lines:

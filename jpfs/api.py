@@ -1,0 +1,162 @@
+"""The library API: onboarding handles, calls and batch onboarding for Python code.
+
+    handle = onboard("researcher", "Our service is slow under load ...")
+    while not handle.ready:
+        handle = reply(handle, input(handle.current_question))
+    print(call(handle, "Find the slowest endpoint"))     # a ready handle can be called again
+    print(call("researcher", "One-off question"))         # no onboarding
+
+An onboarded conversation is a *template*: it holds the task context and the Q&A
+and does no work itself. Each ``call`` runs a child of it that inherits the whole Q&A
+(so one onboarding serves many calls), which is also how batch onboarding forks one
+child per task.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from jpfs import ids, lifecycle, onboarding, scope
+from jpfs.conversation import ANSWERS, QUESTIONS, TASK, Conversation, create
+from jpfs.errors import StateError
+from jpfs.query import Outcome, outcome, query
+from jpfs.runtime import Progress, Runner
+from jpfs.state import State
+from jpfs.workspace import Workspace, open_workspace
+
+
+@dataclass(frozen=True)
+class OnboardingHandle:
+    agent: str
+    conversation: str
+    current_question: str | None
+    ready: bool
+
+
+Where = Workspace | Path | str | None
+
+
+def workspace(where: Where = None) -> Workspace:
+    if isinstance(where, Workspace):
+        return where
+    return open_workspace(Path(where) if where is not None else None)
+
+
+def _handle(ws: Workspace, conv_id: str, state: State) -> OnboardingHandle:
+    conv = Conversation(ws.conv_root, conv_id)
+    agent = str(conv.meta().get("agent", ""))
+    if state is State.WAITING:
+        return OnboardingHandle(agent, conv_id, onboarding.questions_of_round(conv), False)
+    if state is State.IDLE:
+        return OnboardingHandle(agent, conv_id, None, True)
+    raise StateError(f"onboarding of {conv_id!r} ended in state {state}")
+
+
+def onboard(
+    agent: str,
+    context: str,
+    *,
+    workspace_dir: Where = None,
+    parent: str | None = None,
+    tasks: Sequence[str] = (),
+    progress: Progress | None = None,
+) -> OnboardingHandle:
+    """Start onboarding ``agent`` on ``context``; returns when it asks or is ready."""
+    ws = workspace(workspace_dir)
+    result = query(
+        ws,
+        context,
+        parent=parent,
+        agent=agent,
+        onboarding_enabled=True,
+        runner=Runner(ws, progress=progress),
+        extra={"mode": "template", "tasks": list(tasks) or None},
+    )
+    return _handle(ws, result.conversation, result.state)
+
+
+def reply(handle: OnboardingHandle, answer: str, *, workspace_dir: Where = None) -> OnboardingHandle:
+    """Answer the handle's open questions; returns the next handle (more questions or ready)."""
+    ws = workspace(workspace_dir)
+    if handle.ready:
+        raise StateError(f"{handle.conversation!r} is ready; it has no open questions")
+    result = query(ws, answer, conv_id=handle.conversation)
+    return _handle(ws, result.conversation, result.state)
+
+
+def spawn(ws: Workspace, template_id: str, task: str) -> Conversation:
+    """A child of an onboarded template that inherits its Q&A and does ``task``."""
+    template = Conversation(ws.conv_root, scope.resolve(ws.conv_root, template_id))
+    meta = template.meta()
+    child = create(
+        ws.conv_root,
+        ids.join(template.id, ids.generate()),
+        agent=str(meta.get("agent", "")),
+        title=task.strip().splitlines()[0][:80] if task.strip() else "",
+        config=template.config,
+        extra={"base": lifecycle.head_commit(ws), "forked_from": f"{template.id}@0"},
+    )
+    context = (template.read(TASK) or "").rstrip()
+    child.write(TASK, f"{context}\n\n## Your task\n\n{task.strip()}\n")
+    for name in (QUESTIONS, ANSWERS):
+        if template.file(name).exists():
+            shutil.copyfile(template.file(name), child.file(name))
+    from jpfs import record
+
+    record.commit(ws, child.id, "task", agent=str(meta.get("agent", "")), note=f"from {template.id}")
+    return child
+
+
+def run_children(ws: Workspace, children: Sequence[Conversation], runner: Runner) -> list[Outcome]:
+    def one(conv: Conversation) -> Outcome:
+        return outcome(conv, runner.run(conv.id))
+
+    workers = max(1, min(len(children), os.cpu_count() or 2, 8))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, children))
+
+
+def call(
+    target: OnboardingHandle | str,
+    input: str,
+    *,
+    workspace_dir: Where = None,
+    progress: Progress | None = None,
+) -> str:
+    """Run a ready handle (a fresh child inheriting its Q&A) or an agent, and return its answer."""
+    ws = workspace(workspace_dir)
+    runner = Runner(ws, progress=progress)
+    if isinstance(target, str):
+        result = query(ws, input, agent=target, onboarding_enabled=False, runner=runner)
+    else:
+        if not target.ready:
+            raise StateError(f"{target.conversation!r} still has open questions: reply() first")
+        child = spawn(ws, target.conversation, input)
+        result = outcome(child, runner.run(child.id))
+    if result.state is not State.IDLE:
+        raise StateError(f"{result.conversation!r} ended {result.state}: {result.text.strip()}")
+    return result.text
+
+
+def batch_context(tasks: Sequence[str]) -> str:
+    listed = "\n".join(f"{n}. {t.strip()}" for n, t in enumerate(tasks, 1))
+    return (
+        f"You will be given {len(tasks)} related tasks, each to be done separately by a copy"
+        " of you that inherits this onboarding. Ask now whatever you need for all of them.\n\n"
+        f"## Tasks\n\n{listed}\n"
+    )
+
+
+def fork_tasks(ws: Workspace, template_id: str, runner: Runner) -> list[Outcome]:
+    """Fork one child per stored task of a ready batch template and run them in parallel."""
+    template = Conversation(ws.conv_root, scope.resolve(ws.conv_root, template_id))
+    tasks = [str(t) for t in template.meta().get("tasks", [])]
+    if not tasks:
+        raise StateError(f"{template_id!r} is not a batch onboarding (it has no tasks)")
+    children = [spawn(ws, template.id, t) for t in tasks]
+    return run_children(ws, children, runner)

@@ -1,0 +1,207 @@
+"""An outside agent (an MCP client) as a jpfs caller: one conversation R and its tools.
+
+Everything the MCP client does happens as conversation R, the ``--root-id`` or a new
+top-level ``mcp-…`` conversation created on the first tool call (a client that only
+lists tools leaves no trace). The tools are the registry's own (one source for the
+schemas and descriptions the agents see), run with a synthetic caller profile whose
+``tools.agents`` is the allowed profiles and ``tools.allow`` the exported tools; the
+tools check every id against R's subtree themselves (:func:`jpfs.scope.resolve`).
+
+Nothing here imports the ``mcp`` SDK: ``jpfs tools`` uses this module too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jpfs import ids, lifecycle, locks, profiles, record, scope, tree
+from jpfs.conversation import Conversation
+from jpfs.errors import ConfigError, JpfsError, LockError
+from jpfs.providers.base import Cancelled
+from jpfs.runtime import Progress, Runner
+from jpfs.state import AGENT_ACTS
+from jpfs.tools.base import Tool, ToolContext
+from jpfs.tools.conversation import find_child_for_call
+from jpfs.tools.registry import build_tools, catalog
+from jpfs.workspace import Workspace
+
+log = logging.getLogger("jpfs.mcp")
+
+# The tools an outside caller may get, in the order clients list them; those the
+# registry does not (yet) build are left out. Agent-internal tools (file and command
+# tools, ask_caller) are not here: MCP clients have their own.
+EXPORTED: tuple[str, ...] = (
+    "jp_query",
+    "jp_conversation_list",
+    "jp_conversation_print",
+    "jp_conversation_grep",
+    "jp_await",
+    "mail_send",
+    "mail_check",
+    "mail_read",
+    "mail_delete",
+    "mail_filter",
+    "fork",
+    "kill",
+    "merge",
+)
+
+# Generous for one interactive client, but finite: a runaway client loop stops here.
+MAX_CHILDREN = 256
+PROFILE_NAME = "mcp"
+
+
+def allowed_agents(ws: Workspace, names: Sequence[str] = ()) -> list[str]:
+    """The profiles the client may start: ``names`` (checked) or the workspace's list."""
+    if not names:
+        return [str(n) for n in ws.config["agents.allowed"]]
+    for name in names:
+        profiles.load(ws.agents_dir, name)  # a typo fails at startup, not on first use
+    return list(dict.fromkeys(names))
+
+
+def caller_config(agents: Sequence[str], allow: Sequence[str], root: str | None) -> dict[str, Any]:
+    """The synthetic profile R runs under; stored in R's conversation.toml when created."""
+    return {
+        "name": PROFILE_NAME,
+        "description": "An MCP client acting through `jpfs mcp`.",
+        "tools": {"allow": list(allow), "agents": list(agents), "write": [], "command": []},
+        # The client itself only creates direct children of R; deeper levels are
+        # bounded by each sub-agent's own profile.
+        "limits": {"max_children": MAX_CHILDREN, "max_depth": (ids.depth(root) if root else 1) + 1},
+    }
+
+
+def export(
+    ws: Workspace, agents: Sequence[str], only: Sequence[str] = (), root: str | None = None
+) -> tuple[dict[str, Any], dict[str, Tool]]:
+    """The caller config and the tools it gets (``only``: a subset of the exported ones)."""
+    config = caller_config(agents, [], root)
+    everything = catalog(config, ws.agents_dir)
+    available = [name for name in EXPORTED if name in everything]
+    unknown = [name for name in only if name not in available]
+    if unknown:
+        raise ConfigError(
+            f"not an exported tool: {', '.join(unknown)} (choose from {', '.join(available)})"
+        )
+    config["tools"]["allow"] = [name for name in available if not only or name in only]
+    return config, build_tools(config, ws.agents_dir)
+
+
+def definitions(tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
+    """Plain JSON tool definitions: what ``jpfs tools --format json`` prints."""
+    return [
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+        for t in tools.values()
+    ]
+
+
+@dataclass(frozen=True)
+class Result:
+    text: str
+    is_error: bool
+
+
+@dataclass
+class Caller:
+    """Conversation R and its tools; thread-safe, one instance serves every request."""
+
+    ws: Workspace
+    config: dict[str, Any]
+    tools: dict[str, Tool]
+    root: str | None = None
+    title: str = "MCP session"
+    # Told the id of a root created on demand (``jpfs mcp`` prints it to stderr).
+    announce: Callable[[str], None] | None = None
+    _root_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def conversation(self) -> str:
+        with self._root_lock:
+            if self.root is None:
+                conv = lifecycle.new_conversation(
+                    self.ws,
+                    ids.generate(PROFILE_NAME),
+                    agent=PROFILE_NAME,
+                    title=self.title,
+                    config=self.config,
+                )
+                self.root = conv.id
+                if self.announce is not None:
+                    self.announce(conv.id)
+            return self.root
+
+    def call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        cancel: threading.Event,
+        progress: Progress | None = None,
+    ) -> Result:
+        """Run one tool call to the end (blocking); a set ``cancel`` stops it."""
+        # Each call has its own runner: cancelling one request stops only its runs.
+        runner = Runner(
+            self.ws,
+            cancel=cancel,
+            progress=progress,
+            lock_wait=float(self.ws.config["query.lock_wait"]),
+        )
+        call_id = f"mcp-{uuid.uuid4().hex}"
+        try:
+            root = self.conversation()
+            ctx = ToolContext(
+                workspace_root=self.ws.root,
+                conversation=root,
+                files_root=self.ws.root,
+                cancel=cancel,
+                services={"runner": runner, "ws": self.ws, "config": self.config, "call_id": call_id},
+            )
+            text, is_error = runner.call_tool(self.tools, ctx, {"name": name, "input": arguments})
+        except Cancelled:
+            if name == "jp_query":
+                self.kill_interrupted(str(arguments.get("id") or "new"), call_id)
+            return Result(f"{name} cancelled", True)
+        except JpfsError as exc:  # creating R failed
+            return Result(str(exc).splitlines()[0], True)
+        return Result(text, is_error)
+
+    def kill_interrupted(self, target: str, call_id: str) -> None:
+        """Mark the runs a cancelled ``jp_query`` left mid-way as killed.
+
+        Left as they are, a daemon would resume them behind the caller's back; the
+        caller cancelled, so nothing of that run may go on. Runs that already
+        reached a resting state (questions, idle) are left alone.
+        """
+        root = self.conversation()
+        conv_root = self.ws.conv_root
+        if target == "new":
+            started = find_child_for_call(conv_root, root, call_id)
+        else:
+            try:
+                started = scope.resolve(conv_root, target, within=root)
+            except JpfsError:
+                return
+        if started is None:
+            return
+        for conv_id in [started, *tree.walk(conv_root, started)]:
+            conv = Conversation(conv_root, conv_id)
+            if tree.state_of(conv) not in AGENT_ACTS:
+                continue
+            try:
+                with locks.conversation_lock(self.ws.local_dir, conv_id, wait=1.0):
+                    if tree.state_of(conv) in AGENT_ACTS:
+                        conv.update(status="killed")
+                        record.commit(
+                            self.ws,
+                            conv_id,
+                            "kill",
+                            agent=conv.meta().get("agent"),
+                            note="MCP request cancelled",
+                        )
+            except LockError:
+                log.warning("not killing %s: another run holds it", conv_id)
