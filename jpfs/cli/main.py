@@ -13,6 +13,7 @@ from jpfs.cli.commands import config as config_cmd
 from jpfs.cli.commands import conversation as conversation_cmd
 from jpfs.cli.commands import history as history_cmd
 from jpfs.cli.commands import init as init_cmd
+from jpfs.cli.commands import mcp as mcp_cmd
 from jpfs.cli.commands import onboard as onboard_cmd
 from jpfs.cli.commands import query as query_cmd
 from jpfs.cli.context import state
@@ -48,6 +49,7 @@ conversation_cmd.register(app)
 config_cmd.register(app)
 history_cmd.register(app)
 query_cmd.register(app)
+mcp_cmd.register(app)
 onboard_cmd.register(app)
 
 

@@ -159,7 +159,12 @@ class Caller:
                 conversation=root,
                 files_root=self.ws.root,
                 cancel=cancel,
-                services={"runner": runner, "ws": self.ws, "config": self.config, "call_id": call_id},
+                services={
+                    "runner": runner,
+                    "ws": self.ws,
+                    "config": self.config,
+                    "call_id": call_id,
+                },
             )
             text, is_error = runner.call_tool(self.tools, ctx, {"name": name, "input": arguments})
         except Cancelled:

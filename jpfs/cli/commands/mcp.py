@@ -1,0 +1,83 @@
+"""``jpfs mcp`` (an MCP server over stdio) and ``jpfs tools`` (the same tools as JSON)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated
+
+import typer
+
+from jpfs.cli.commands.conversation import RootId
+from jpfs.cli.context import note, out, out_json, state
+
+Agents = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--agent",
+        help="A profile the client may start (repeatable; default: config agents.allowed).",
+    ),
+]
+Tools = Annotated[
+    list[str] | None,
+    typer.Option("--tool", help="Export only these tools (repeatable; default: all exported)."),
+]
+
+
+def mcp(root_id: RootId = None, agent: Agents = None, tool: Tools = None) -> None:
+    """Serve jpfs sub-agent tools to an MCP client over stdio.
+
+    The client acts as one conversation: --root-id, or a new top-level conversation
+    created on its first tool call (its id is printed on stderr). Every id the client
+    names must be a descendant of it.
+    """
+    from jpfs import scope
+    from jpfs.mcp.caller import Caller, allowed_agents, export
+
+    ws = state.ws()
+    root = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
+    config, tools = export(ws, allowed_agents(ws, agent or []), tool or [], root)
+    caller = Caller(ws, config, tools, root, announce=lambda r: note(f"jpfs mcp: conversation {r}"))
+    logging.basicConfig(level=logging.WARNING, format="jpfs mcp: %(levelname)s %(message)s")
+    note(
+        f"jpfs mcp: serving {len(tools)} tools on stdio for "
+        + (f"conversation {root}" if root else "a new conversation (created on first use)")
+    )
+    from jpfs.mcp.server import serve  # imports the mcp SDK (about a second)
+
+    serve(caller)
+
+
+def tools(
+    agent: Agents = None,
+    tool: Tools = None,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", help="Show the tools this agent profile gets instead."),
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+) -> None:
+    """Print the tools `jpfs mcp` exports (name, description, JSON input schema)."""
+    from jpfs import profiles
+    from jpfs.mcp.caller import allowed_agents, definitions, export
+    from jpfs.tools.registry import build_tools
+
+    if fmt not in ("text", "json"):
+        raise typer.BadParameter("--format must be text or json")
+    ws = state.ws()
+    if profile is not None:
+        found = build_tools(profiles.load(ws.agents_dir, profile).config, ws.agents_dir)
+    else:
+        found = export(ws, allowed_agents(ws, agent or []), tool or [])[1]
+    defs = definitions(found)
+    if fmt == "json":
+        out_json(defs)
+        return
+    for d in defs:
+        out(f"{d['name']}\n    {d['description'].replace(chr(10), chr(10) + '    ')}")
+        out(f"    input: {json.dumps(d['input_schema'], ensure_ascii=False)}\n")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("mcp")(mcp)
+    app.command("tools")(tools)

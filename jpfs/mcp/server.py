@@ -1,0 +1,125 @@
+"""``jpfs mcp``: the caller's tools served over stdio with the official ``mcp`` SDK.
+
+A thin adapter: ``tools/list`` is :func:`jpfs.mcp.caller.definitions` of the
+registry's tools, ``tools/call`` is :meth:`Caller.call` in a worker thread (runs
+block), so the server keeps reading requests while agents work. A client's
+``notifications/cancelled`` cancels the handler; the handler then sets that call's
+cancel event and waits for its thread to stop, so the run's lock is released and
+its state recorded before the server moves on. Runner notes become
+``notifications/progress`` when the request carried a progress token.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+import mcp.types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+import jpfs
+from jpfs.mcp.caller import Caller, definitions
+from jpfs.runtime import Progress
+
+
+def instructions(caller: Caller) -> str:
+    where = f"conversation {caller.root!r}" if caller.root else "a new top-level conversation"
+    return (
+        f"jpfs workspace {caller.ws.root}: you act as {where}. jp_query starts sub-agents"
+        " (profiles: " + ", ".join(caller.config["tools"]["agents"]) + ") in child"
+        " conversations and returns their final answer or their onboarding questions;"
+        " the other tools read, mail and manage your sub-conversations by id. Only your"
+        " own descendants can be named."
+    )
+
+
+def build(caller: Caller) -> Server[Any]:
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=d["name"], description=d["description"], input_schema=d["input_schema"]
+                )
+                for d in definitions(caller.tools)
+            ]
+        )
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        cancel = threading.Event()
+        work = functools.partial(
+            caller.call,
+            params.name,
+            params.arguments or {},
+            cancel=cancel,
+            progress=progress_forwarder(ctx) if wants_progress(ctx) else None,
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(set_when_cancelled, cancel)
+            try:
+                # Not abandoned on cancel: the thread is told to stop and awaited.
+                result = await anyio.to_thread.run_sync(work)
+            finally:
+                tg.cancel_scope.cancel()
+        return types.CallToolResult(
+            content=[types.TextContent(text=result.text)], is_error=result.is_error
+        )
+
+    return Server(
+        "jpfs",
+        version=jpfs.__version__,
+        instructions=instructions(caller),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def set_when_cancelled(cancel: threading.Event) -> None:
+    """Set ``cancel`` once this task is cancelled (request cancelled, or call finished)."""
+    try:
+        await anyio.sleep_forever()
+    finally:
+        cancel.set()
+
+
+def wants_progress(ctx: ServerRequestContext[Any]) -> bool:
+    meta: Any = ctx.meta or {}
+    return meta.get("progress_token", meta.get("progressToken")) is not None
+
+
+def progress_forwarder(ctx: ServerRequestContext[Any]) -> Progress:
+    token = anyio.lowlevel.current_token()
+    counter = itertools.count(1)
+    lock = threading.Lock()
+
+    def forward(note: str) -> None:
+        # Parallel tool calls note from several threads; progress must increase.
+        with lock:
+            try:
+                anyio.from_thread.run(
+                    ctx.session.report_progress, float(next(counter)), None, note, token=token
+                )
+            except Exception:  # client gone or server stopping: progress is advisory
+                pass
+
+    return forward
+
+
+def serve(caller: Caller) -> None:
+    async def main() -> None:
+        server = build(caller)
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(main)
