@@ -476,6 +476,12 @@ class Committer:
         index_lock = self._acquire(self._gitdir / "index", self._index_lock_timeout, required=False)
         try:
             for _attempt in range(_MAX_CAS_ATTEMPTS):
+                # The index is written *before* the ref moves: `git commit` reads HEAD,
+                # then the index, both before taking index.lock. Whoever sees our new
+                # HEAD must also see our index, or its commit would revert our files;
+                # whoever saw the old HEAD fails its compare-and-swap and rolls back.
+                if index_lock is not None:
+                    self._sync_index(plan)
                 if plan.new_tip is None or self._move_ref(ref, tip, plan.new_tip, plan.log_msg):
                     break
                 ref, tip = self._resolve_head()
@@ -485,14 +491,14 @@ class Committer:
                     f"could not update {ref}: it kept moving under "
                     f"{_MAX_CAS_ATTEMPTS} attempts; retry when other git writers are idle"
                 )
+            if index_lock is not None:
+                self._index_debt.clear()
+            else:
+                self._index_debt.update(plan.entries)
             for item in live:
                 item.succeed(plan.shas[item.run] if item.run is not None else None)
             if plan.new_tip is not None:
                 self._after_commits(len(plan.shas))
-            if index_lock is not None:
-                self._sync_index(plan, index_lock)
-            else:
-                self._index_debt.update(plan.entries)
         finally:
             if index_lock is not None:
                 index_lock.release()
@@ -538,7 +544,7 @@ class Committer:
                     runs[item.run].items.append(item)
 
         parent = tip
-        tree = base_tree
+        tree: pygit2.Tree | None = base_tree
         shas: list[str] = []
         log_msg = ""
         for run in runs:
@@ -558,7 +564,7 @@ class Committer:
             log_msg = f"commit{'' if parent else ' (initial)'}: {subject}"
             parent = str(oid)
             shas.append(parent)
-        return _Plan(shas[-1] if shas else None, shas, all_entries, log_msg)
+        return _Plan(shas[-1] if shas else None, shas, all_entries, log_msg, tree)
 
     def _tree_of(self, tip: str | None) -> pygit2.Tree | None:
         if tip is None:
@@ -730,17 +736,15 @@ class Committer:
         self._index_cache = loaded
         return loaded
 
-    def _sync_index(self, plan: _Plan, lock: _LockFile) -> None:
+    def _sync_index(self, plan: _Plan) -> None:
+        """Set the user's index entries of the plan's paths to the plan's tree (locked)."""
         desired: dict[str, _Blob | None] = dict(plan.entries)
-        if self._index_debt:
-            tree = self._tree_of(self._resolve_head()[1])
-            for path in self._index_debt - desired.keys():
-                found = _lookup(tree, path)
-                desired[path] = None if found is None else _Blob(found[0], found[1], b"", None)
+        for path in self._index_debt - desired.keys():
+            found = _lookup(plan.tree, path)
+            desired[path] = None if found is None else _Blob(found[0], found[1], b"", None)
         try:
             index = self._load_index()
             if index is None:
-                self._index_debt.clear()
                 return
             changed = False
             for path, blob in desired.items():
@@ -751,8 +755,7 @@ class Committer:
                     index.set(key, blob.oid.raw, blob.mode, blob.stat)
                     changed = True
             if changed:
-                index.save(lock, self._racy_modified, self._fsync)
-            self._index_debt.clear()
+                index.save(self._gitdir / "index", self._private, self._racy_modified, self._fsync)
         except BaseException:
             # The in-memory copy may be half-updated; re-read it next time.
             self._index_cache = None
@@ -875,6 +878,7 @@ class _Plan:
     shas: list[str]
     entries: dict[str, _Blob | None]
     log_msg: str
+    tree: pygit2.Tree | None  # the tree new_tip (or the unchanged tip) holds
 
 
 class _Pending:
@@ -1128,22 +1132,8 @@ class _LockFile:
     def _register(self) -> None:
         st = os.fstat(self._fd)
         owner = self._owners / f"{st.st_dev}-{st.st_ino}-{st.st_ctime_ns}"
-        if self._owner is None:
-            os.link(_Marker.for_dir(self._owners).path, owner)
-        elif owner != self._owner:
-            os.rename(self._owner, owner)
+        os.link(_Marker.for_dir(self._owners).path, owner)
         self._owner = owner
-
-    def write(self, data: Sequence[bytes], fsync: bool) -> None:
-        """Make the concatenated ``data`` the lock's content (what ``commit`` installs)."""
-        os.ftruncate(self._fd, 0)
-        os.lseek(self._fd, 0, os.SEEK_SET)
-        _writev_all(self._fd, data)
-        if fsync:
-            os.fsync(self._fd)
-        # Writing changed the ctime the registration names; a crash before this
-        # rename leaves an anonymous lock, never a misattributed one.
-        self._register()
 
     def commit(self) -> None:
         """Install the lock's content as the target (git's commit_lock_file)."""
@@ -1234,6 +1224,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _replace_file(target: Path, buffers: Sequence[bytes], tmp_dir: Path, fsync: bool) -> None:
+    """Replace ``target`` atomically (temp file + rename) while its lock stays held."""
+    tmp = tmp_dir / f"tmp-{os.getpid()}-{secrets.token_hex(6)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        try:
+            _writev_all(fd, buffers)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _writev_all(fd: int, buffers: Sequence[bytes]) -> None:
     # Gathered writes spare joining a multi-megabyte index into one buffer first.
     for at in range(0, len(buffers), 512):
@@ -1274,9 +1282,13 @@ class _IndexFile:
         raise NotImplementedError
 
     def save(
-        self, lock: _LockFile, racy_modified: Callable[[bytes, bytes], bool], fsync: bool
+        self,
+        index_path: Path,
+        tmp_dir: Path,
+        racy_modified: Callable[[bytes, bytes], bool],
+        fsync: bool,
     ) -> None:
-        """Install this index through ``lock`` (held on the index), releasing it."""
+        """Replace the index file (whose lock the caller holds) with this content."""
         raise NotImplementedError
 
 
@@ -1563,7 +1575,11 @@ class _FastIndex(_IndexFile):
                 chunk.joined = None
 
     def save(
-        self, lock: _LockFile, racy_modified: Callable[[bytes, bytes], bool], fsync: bool
+        self,
+        index_path: Path,
+        tmp_dir: Path,
+        racy_modified: Callable[[bytes, bytes], bool],
+        fsync: bool,
     ) -> None:
         self._smudge_racy(racy_modified)
         parts = [b"DIRC" + struct.pack(">II", self.version, self.count)]
@@ -1577,9 +1593,8 @@ class _FastIndex(_IndexFile):
         for part in parts:
             digest.update(part)
         parts.append(digest.digest())
-        lock.write(parts, fsync)
-        lock.commit()
-        st = os.stat(lock.target)
+        _replace_file(index_path, parts, tmp_dir, fsync)
+        st = os.stat(index_path)
         self.stamp = _stamp(st)
         self.mtime_sec = int(st.st_mtime)
         self.racy = {p: m for p, m in self.racy.items() if m >= self.mtime_sec}
@@ -1632,9 +1647,12 @@ class _Libgit2Index(_IndexFile):
         return found
 
     def save(
-        self, lock: _LockFile, racy_modified: Callable[[bytes, bytes], bool], fsync: bool
+        self,
+        index_path: Path,
+        tmp_dir: Path,
+        racy_modified: Callable[[bytes, bytes], bool],
+        fsync: bool,
     ) -> None:
         self._index.write()
-        os.rename(self._tmp, lock.target)
-        lock.release()
-        self.stamp = _stamp(os.stat(lock.target))
+        os.rename(self._tmp, index_path)
+        self.stamp = _stamp(os.stat(index_path))

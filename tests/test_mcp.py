@@ -71,10 +71,12 @@ async def serve(ws: Path, errlog: Path, *args: str) -> AsyncIterator[ClientSessi
         env=dict(os.environ),
     )
     with errlog.open("w", encoding="utf-8") as err:
-        async with stdio_client(params, errlog=err) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+        async with (
+            stdio_client(params, errlog=err) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
 
 
 async def call(session: ClientSession, name: str, **args: Any) -> tuple[str, bool]:
@@ -120,7 +122,9 @@ def test_tools_json_is_the_registry(mcp_ws: Path, cli: Callable[..., Result]) ->
 
 
 def test_cli_does_not_import_the_mcp_sdk(mcp_ws: Path) -> None:
-    code = "import sys; from jpfs.cli.main import main; main(['tools']); print('mcp' in sys.modules)"
+    code = (
+        "import sys; from jpfs.cli.main import main; main(['tools']); print('mcp' in sys.modules)"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=mcp_ws, capture_output=True, text=True, check=False
     )
@@ -155,7 +159,9 @@ def test_mcp_session(mcp_ws: Path, tmp_path: Path, cli: Callable[..., Result]) -
             # A scripted agent without onboarding: the wrapped final answer, with progress.
             notes: list[str] = []
 
-            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            async def on_progress(
+                progress: float, total: float | None, message: str | None
+            ) -> None:
                 notes.append(message or "")
 
             result = await session.call_tool(
@@ -177,7 +183,9 @@ def test_mcp_session(mcp_ws: Path, tmp_path: Path, cli: Callable[..., Result]) -
             assert "Which file should I read?" in text
             helper = ID.findall(text)[0]
             assert helper.startswith(root + "/") and helper != quick
-            text, err = await call(session, "jp_query", id=helper, query="README.md", config="helper")
+            text, err = await call(
+                session, "jp_query", id=helper, query="README.md", config="helper"
+            )
             assert not err
             assert text.startswith(f'<response conversation_id="{helper}">')
             assert "helper result after onboarding" in text
@@ -233,7 +241,9 @@ def test_cancelled_request_kills_its_run(
             running: list[str] = []
             seen = anyio.Event()
 
-            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            async def on_progress(
+                progress: float, total: float | None, message: str | None
+            ) -> None:
                 running.extend(re.findall(r"^\[([^\]]+)\] model turn", message or ""))
                 if running:
                     seen.set()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli import error_handler
+from jpfs.cli import coercion, error_handler
 from jpfs.cli.commands import config as config_cmd
 from jpfs.cli.commands import conversation as conversation_cmd
 from jpfs.cli.commands import history as history_cmd
@@ -17,6 +17,8 @@ from jpfs.cli.commands import mcp as mcp_cmd
 from jpfs.cli.commands import onboard as onboard_cmd
 from jpfs.cli.commands import query as query_cmd
 from jpfs.cli.context import state
+
+coercion.install()  # before any command runs: keeps pydantic out of start-up
 
 app = typer.Typer(
     name="jpfs",

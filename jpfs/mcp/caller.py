@@ -169,7 +169,10 @@ class Caller:
             text, is_error = runner.call_tool(self.tools, ctx, {"name": name, "input": arguments})
         except Cancelled:
             if name == "jp_query":
-                self.kill_interrupted(str(arguments.get("id") or "new"), call_id)
+                try:
+                    self.kill_interrupted(str(arguments.get("id") or "new"), call_id)
+                except JpfsError as exc:
+                    log.warning("cancelled %s: could not mark its runs killed: %s", name, exc)
             return Result(f"{name} cancelled", True)
         except JpfsError as exc:  # creating R failed
             return Result(str(exc).splitlines()[0], True)

@@ -94,8 +94,8 @@ async def set_when_cancelled(cancel: threading.Event) -> None:
 
 
 def wants_progress(ctx: ServerRequestContext[Any]) -> bool:
-    meta: Any = ctx.meta or {}
-    return meta.get("progress_token", meta.get("progressToken")) is not None
+    # The SDK parses the wire's _meta.progressToken into the snake_case key.
+    return (ctx.meta or {}).get("progress_token") is not None
 
 
 def progress_forwarder(ctx: ServerRequestContext[Any]) -> Progress:

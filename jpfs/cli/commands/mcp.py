@@ -15,12 +15,17 @@ Agents = Annotated[
     list[str] | None,
     typer.Option(
         "--agent",
+        metavar="NAME",
         help="A profile the client may start (repeatable; default: config agents.allowed).",
     ),
 ]
 Tools = Annotated[
     list[str] | None,
-    typer.Option("--tool", help="Export only these tools (repeatable; default: all exported)."),
+    typer.Option(
+        "--tool",
+        metavar="NAME",
+        help="Export only these tools (repeatable; default: all exported).",
+    ),
 ]
 
 
@@ -53,9 +58,13 @@ def tools(
     tool: Tools = None,
     profile: Annotated[
         str | None,
-        typer.Option("--profile", help="Show the tools this agent profile gets instead."),
+        typer.Option(
+            "--profile", metavar="NAME", help="Show the tools this agent profile gets instead."
+        ),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="text|json", help="Output format.")
+    ] = "text",
 ) -> None:
     """Print the tools `jpfs mcp` exports (name, description, JSON input schema)."""
     from jpfs import profiles

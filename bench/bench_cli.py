@@ -1,0 +1,211 @@
+"""Benchmark the read-only CLI: start-up, ``conversation ls`` and ``conversation grep``.
+
+Usage: python bench/bench_cli.py [--quick] [--conversations N] [--events M] [--repeat R]
+
+Builds a workspace of N conversations (default 10,000; 1,000 with --quick) of M events
+each (groups of ten: a top-level conversation and nine sub-agents), then times, as
+subprocesses started with this interpreter (median of R runs after a warm-up):
+
+* start-up: ``jpfs conversation ls`` on an EMPTY workspace against
+  ``python -c 'import typer'`` (target: within 1.5x);
+* ``jpfs conversation ls --format json`` on the full tree (and ``tree.listing``
+  in process, for reference);
+* ``jpfs conversation grep P`` against ``git grep P`` on the conversation root, for a
+  pattern with a few hundred matches and one with none (target: within 1.2x); plus
+  the ``git grep`` jpfs actually runs (same flags) and ``jpfs.search.grep`` in process.
+
+``main(argv)`` returns the numbers as a dict for ``python -m bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    ABSENT,
+    NEEDLE,
+    Stats,
+    jpfs_argv,
+    make_workspace,
+    measure,
+    measure_command,
+    ms,
+    pin_environment,
+    populate,
+    print_table,
+    ratio,
+    temp_dir,
+)
+
+STARTUP_TARGET = 1.5
+GREP_TARGET = 1.2
+
+
+def verdict(value: float, baseline: float, target: float) -> str:
+    return "ok" if value <= baseline * target else "MISSED"
+
+
+def bench_startup(empty: Path, repeat: int) -> dict[str, Any]:
+    python = measure_command([sys.executable, "-c", "pass"], empty, repeat=repeat)
+    typer = measure_command([sys.executable, "-c", "import typer"], empty, repeat=repeat)
+    help_ = measure_command(jpfs_argv("--help"), empty, repeat=repeat)
+    ls = measure_command(jpfs_argv("conversation", "ls", "--format", "json"), empty, repeat=repeat)
+    base = typer.median
+    print_table(
+        f"start-up (empty workspace; median of {repeat}; target: ls <= {STARTUP_TARGET}x typer)",
+        ["command", "median", "p99", "vs typer"],
+        [
+            ["python -c pass", ms(python.median), ms(python.p99), ratio(python.median, base)],
+            ["python -c 'import typer'  (baseline)", ms(base), ms(typer.p99), "1.00x"],
+            ["jpfs --help", ms(help_.median), ms(help_.p99), ratio(help_.median, base)],
+            [
+                "jpfs conversation ls --format json",
+                ms(ls.median),
+                ms(ls.p99),
+                f"{ratio(ls.median, base)} {verdict(ls.median, base, STARTUP_TARGET)}",
+            ],
+        ],
+    )
+    return {
+        "python_pass": python.to_json(),
+        "import_typer": typer.to_json(),
+        "jpfs_help": help_.to_json(),
+        "jpfs_ls_empty": ls.to_json(),
+        "ratio": ls.median / base,
+        "target": STARTUP_TARGET,
+    }
+
+
+def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[str, Any]:
+    from jpfs import tree
+    from jpfs.workspace import open_workspace
+
+    conv_root = open_workspace(ws, search=False).conv_root
+    listed = len(tree.listing(conv_root))
+    if listed != conversations:
+        raise RuntimeError(f"listing saw {listed} conversations, expected {conversations}")
+    inproc = measure(lambda: tree.listing(conv_root), repeat=repeat)
+    sub = measure_command(jpfs_argv("conversation", "ls", "--format", "json"), ws, repeat=repeat)
+    per = sub.median / conversations * 1e6
+    print_table(
+        f"conversation ls, {conversations:,} conversations (median of {repeat})",
+        ["what", "median", "p99", "per conversation"],
+        [
+            ["jpfs ls on the empty workspace (start-up)", ms(startup), "", ""],
+            ["jpfs conversation ls --format json", ms(sub.median), ms(sub.p99), f"{per:.0f} us"],
+            [
+                "tree.listing() in process",
+                ms(inproc.median),
+                ms(inproc.p99),
+                f"{inproc.median / conversations * 1e6:.0f} us",
+            ],
+        ],
+    )
+    return {
+        "conversations": conversations,
+        "jpfs_ls_json": sub.to_json(),
+        "listing_in_process": inproc.to_json(),
+        "per_conversation_us": per,
+    }
+
+
+def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
+    from jpfs import search
+    from jpfs.workspace import open_workspace
+
+    workspace = open_workspace(ws, search=False)
+    rel = workspace.conv_root_rel
+    out: dict[str, Any] = {}
+    rows = []
+    for label, pattern, want in (
+        ("few hundred matches", NEEDLE, expected),
+        ("no match", ABSENT, 0),
+    ):
+        found = len(search.grep(ws, rel, pattern))
+        if found != want:
+            raise RuntimeError(f"jpfs grep {pattern!r} found {found} matches, expected {want}")
+        git_plain = measure_command(
+            ["git", "grep", "-n", pattern, "--", f"{rel}/"], ws, repeat=repeat, ok=(0, 1)
+        )
+        # What search.grep runs: also untracked files, binary skipped, NUL-separated.
+        git_same = measure_command(
+            ["git", "grep", "--untracked", "-I", "-n", "-z", "-F", "-e", pattern, "--",
+             f"{rel}/", ":(exclude,glob)**/conversation.toml"],
+            ws, repeat=repeat, ok=(0, 1),
+        )  # fmt: skip
+        jpfs = measure_command(
+            jpfs_argv("conversation", "grep", pattern), ws, repeat=repeat, ok=(0, 1)
+        )
+        inproc = measure(lambda p=pattern: search.grep(ws, rel, p), repeat=repeat)  # type: ignore[misc]
+        base = git_plain.median
+
+        def row(name: str, s: Stats, mark: str = "", base: float = base) -> list[str]:
+            return [f"  {name}", ms(s.median), ms(s.p99), f"{ratio(s.median, base)}{mark}"]
+
+        rows += [
+            [f"{label} ({want})", "", "", ""],
+            row("git grep -n P -- conversations/  (baseline)", git_plain),
+            row("git grep --untracked -I -z -F (jpfs's flags)", git_same),
+            row(
+                "jpfs conversation grep P",
+                jpfs,
+                f" {verdict(jpfs.median, base, GREP_TARGET)}",
+            ),
+            row("jpfs.search.grep() in process", inproc),
+        ]
+        out[label.replace(" ", "_")] = {
+            "pattern": pattern,
+            "matches": want,
+            "git_grep": git_plain.to_json(),
+            "git_grep_jpfs_flags": git_same.to_json(),
+            "jpfs_grep": jpfs.to_json(),
+            "search_grep_in_process": inproc.to_json(),
+            "ratio": jpfs.median / base,
+        }
+    print_table(
+        f"conversation grep (median of {repeat}; target: jpfs <= {GREP_TARGET}x git grep)",
+        ["command", "median", "p99", "vs git grep"],
+        rows,
+    )
+    out["target"] = GREP_TARGET
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1,000 conversations, fewer runs")
+    parser.add_argument("--conversations", type=int, help="tree size (default 10,000)")
+    parser.add_argument("--events", type=int, default=10, help="events per conversation")
+    parser.add_argument("--repeat", type=int, help="timed runs per command (default 10)")
+    args = parser.parse_args(argv)
+    conversations = args.conversations or (1000 if args.quick else 10_000)
+    repeat = args.repeat or (5 if args.quick else 10)
+    pin_environment()
+    with temp_dir() as tmp:
+        empty = make_workspace(tmp / "empty")
+        startup = bench_startup(empty, repeat)
+        ws = make_workspace(tmp / "full")
+        tree = populate(ws, conversations, args.events)
+        print(
+            f"\n(built {tree.conversations:,} conversations x {tree.events} events ="
+            f" {tree.files:,} files in {tree.build_seconds:.1f} s)"
+        )
+        ls = bench_ls(ws, conversations, repeat, startup["jpfs_ls_empty"]["median_s"])
+        grep = bench_grep(ws, repeat, tree.needle_matches)
+    return {
+        "sizes": {"conversations": conversations, "events": args.events, "files": tree.files},
+        "repeat": repeat,
+        "startup": startup,
+        "ls": ls,
+        "grep": grep,
+    }
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

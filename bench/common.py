@@ -1,0 +1,325 @@
+"""Shared helpers for the benches: temp workspaces, bulk conversations, timing, tables.
+
+Benches build their data directly (files written by Python, committed in one
+``git add -A && git commit``) so a 10,000-conversation tree takes seconds, not the
+minutes the real runtime would spend committing each event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "Bench User",
+    "GIT_AUTHOR_EMAIL": "bench@example.com",
+    "GIT_COMMITTER_NAME": "Bench User",
+    "GIT_COMMITTER_EMAIL": "bench@example.com",
+}
+
+# The token every "few hundred matches" grep looks for, and one that never occurs.
+NEEDLE = "lobster-thermidor"
+ABSENT = "zebra-quokka-absent"
+
+_WORDS = (
+    "the", "agent", "reads", "module", "config", "parser", "test", "result", "task", "file",
+    "commit", "branch", "tree", "summary", "plan", "review", "error", "retry", "query",
+    "answer", "question", "worker", "queue", "cache", "index", "daemon", "lock", "event",
+    "transcript", "profile", "model", "token", "budget", "limit", "depth", "child", "parent",
+)  # fmt: skip
+
+
+def pin_environment() -> None:
+    """Fixed git identity, no system/global git config, no colour, no API keys.
+
+    Set on ``os.environ`` so every subprocess a bench starts (git, jpfs) sees it too.
+    """
+    os.environ.update(IDENTITY)
+    os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
+    os.environ["GIT_CONFIG_GLOBAL"] = os.devnull
+    os.environ["NO_COLOR"] = "1"
+    for key in list(os.environ):
+        if key.startswith(("JPFS_", "ANTHROPIC_")):
+            del os.environ[key]
+
+
+def git(repo: Path, *args: str, data: bytes | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, input=data, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace')}")
+    return proc.stdout.decode().strip()
+
+
+@contextlib.contextmanager
+def temp_dir(prefix: str = "jpfs-bench-") -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def make_workspace(path: Path) -> Path:
+    """A git repo with one commit and an initialised jpfs workspace (identity pinned)."""
+    from jpfs.bootstrap import init_workspace
+
+    pin_environment()
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for key, value in (
+        ("user.name", IDENTITY["GIT_AUTHOR_NAME"]),
+        ("user.email", IDENTITY["GIT_AUTHOR_EMAIL"]),
+        ("gc.auto", "0"),  # keep background gc out of the timings
+        ("commit.gpgsign", "false"),
+    ):
+        git(path, "config", key, value)
+    (path / "README.md").write_text("# bench project\n", encoding="utf-8")
+    git(path, "add", "README.md")
+    git(path, "commit", "-q", "-m", "initial")
+    init_workspace(path)
+    return path
+
+
+def add_profile(ws_root: Path, name: str, text: str) -> None:
+    """Write ``.jpfs/agents/<name>.toml`` and allow top-level callers to run it."""
+    import tomlkit
+
+    (ws_root / ".jpfs" / "agents" / f"{name}.toml").write_text(text, encoding="utf-8")
+    cfg_path = ws_root / ".jpfs" / "config.toml"
+    doc = tomlkit.parse(cfg_path.read_text(encoding="utf-8"))
+    agents = doc.setdefault("agents", tomlkit.table())
+    allowed = agents.setdefault("allowed", tomlkit.array())
+    if name not in allowed:
+        allowed.append(name)
+    cfg_path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+
+
+def _record_template(ws_root: Path) -> str:
+    """A real conversation.toml (the default profile's [config] snapshot included),
+    made by jpfs itself, with the id-specific fields as placeholders."""
+    from jpfs.conversation import create
+    from jpfs.lifecycle import agent_config
+    from jpfs.workspace import open_workspace
+
+    ws = open_workspace(ws_root, search=False)
+    conv = create(
+        ws.conv_root,
+        "bench-template",
+        agent="default",
+        title="@TITLE@",
+        config=agent_config(ws, "default"),
+        extra={"base": "0" * 40},
+    )
+    text = conv.toml_path.read_text(encoding="utf-8")
+    shutil.rmtree(conv.path)
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("created = "):
+            line = "created = @CREATED@"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _sentence(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words)).capitalize() + "."
+
+
+def conversation_ids(n: int) -> list[str]:
+    """``n`` ids in groups of ten: a top-level conversation and nine sub-agents under it."""
+    out = []
+    for i in range(n):
+        top = f"b-{i // 10:05d}"
+        out.append(top if i % 10 == 0 else f"{top}/s{i % 10}")
+    return out
+
+
+@dataclass(frozen=True)
+class Tree:
+    conversations: int
+    events: int
+    files: int
+    needle_matches: int
+    build_seconds: float
+
+
+def populate(ws_root: Path, conversations: int, events: int, *, seed: int = 1) -> Tree:
+    """Write ``conversations`` idle conversations of ``events`` events each and commit them
+    in one go. About 300 event files (one line each) contain :data:`NEEDLE`."""
+    t0 = time.perf_counter()
+    rng = random.Random(seed)
+    template = _record_template(ws_root)
+    conv_root = ws_root / "conversations"
+    step = max(1, conversations // 300)
+    files = matches = 0
+    for i, conv_id in enumerate(conversation_ids(conversations)):
+        path = conv_root.joinpath(*conv_id.split("/"))
+        events_dir = path / "events"
+        events_dir.mkdir(parents=True)
+        minute = i % 60
+        created = f"2026-01-{1 + i % 28:02d}T10:{minute:02d}:00Z"
+        record = template.replace("@TITLE@", f"bench conversation {i}").replace(
+            "@CREATED@", created
+        )
+        (path / "conversation.toml").write_text(record, encoding="utf-8")
+        task = _sentence(rng, 20)
+        (path / "task.md").write_text(task + "\n", encoding="utf-8")
+        body = ""
+        for seq in range(1, events + 1):
+            role = "user" if seq % 2 else "assistant"
+            if seq == 1:
+                body = task
+            else:
+                body = "\n\n".join(_sentence(rng, 12 + rng.randrange(12)) for _ in range(3))
+            if seq == 2 and i % step == 0:
+                body += f"\n\nSee {NEEDLE} for details."
+                matches += 1
+            meta = f'role = "{role}"\ncreated = {created}\n'
+            if role == "assistant":
+                meta += (
+                    'model = "claude-bench"\nstop_reason = "end_turn"\n\n'
+                    "[usage]\ninput_tokens = 1200\noutput_tokens = 150\n"
+                )
+            (events_dir / f"{seq:04d}-{role}.md").write_text(
+                f"+++\n{meta}+++\n{body}\n", encoding="utf-8"
+            )
+        last_role = "user" if events % 2 else "assistant"
+        if last_role == "assistant":
+            (path / "result.md").write_text(
+                f"+++\nevent = {events}\ncreated = {created}\nsuccess = true\n+++\n{body}\n",
+                encoding="utf-8",
+            )
+            files += 1
+        files += events + 2
+    git(ws_root, "add", "-A")
+    git(ws_root, "commit", "-q", "-m", f"bench: {conversations} conversations")
+    return Tree(conversations, events, files, matches, time.perf_counter() - t0)
+
+
+# -- timing ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stats:
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    p50 = median
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.samples, 99)
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": len(self.samples),
+            "median_s": self.median,
+            "p99_s": self.p99,
+            "min_s": self.min,
+            "mean_s": self.mean,
+        }
+
+
+def percentile(samples: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile (with 50 samples, p99 is the slowest)."""
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def measure(fn: Callable[[], object], *, repeat: int, warmup: int = 1) -> Stats:
+    """Wall time of ``fn()``: ``warmup`` untimed calls, then ``repeat`` timed ones."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return Stats(tuple(out))
+
+
+def run_command(argv: Sequence[str], cwd: Path, ok: Sequence[int] = (0,)) -> bytes:
+    """Run a subprocess (output captured); a return code outside ``ok`` is an error."""
+    proc = subprocess.run(list(argv), cwd=cwd, capture_output=True, check=False)
+    if proc.returncode not in ok:
+        raise RuntimeError(
+            f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')}"
+        )
+    return proc.stdout
+
+
+def measure_command(
+    argv: Sequence[str], cwd: Path, *, repeat: int, warmup: int = 1, ok: Sequence[int] = (0,)
+) -> Stats:
+    return measure(lambda: run_command(argv, cwd, ok), repeat=repeat, warmup=warmup)
+
+
+def jpfs_argv(*args: str) -> list[str]:
+    """``jpfs`` through this interpreter (the venv's), as a user's shell would start it."""
+    return [sys.executable, "-m", "jpfs", *args]
+
+
+# -- output ---------------------------------------------------------------------------
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def ratio(value: float, baseline: float) -> str:
+    return f"{value / baseline:.2f}x" if baseline > 0 else "n/a"
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        first = row[0].ljust(widths[0])
+        rest = (c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest]).rstrip()
+
+    print(f"\n{title}")
+    print(line(cells[0]))
+    print("  ".join("-" * w for w in widths))
+    for row in cells[1:]:
+        print(line(row))
+    sys.stdout.flush()
+
+
+def machine() -> dict[str, Any]:
+    git_version = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "git": git_version.strip().removeprefix("git version "),
+    }

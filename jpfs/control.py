@@ -1,0 +1,297 @@
+"""Sub-agent lifecycle: fork, kill, await, mail that continues, and the status report.
+
+    fork(parent, prompt)   a child with the parent's context plus ``prompt``, started
+                           at once in the background; returns its id
+    (a run ends)           the child mails its parent a ``status`` message
+                           {"status": "idle", "success": ..., "summary": ...}
+                           (:func:`report_status`, the runner's ``on_finish``)
+    send(to, ...)          mail; from the recipient's caller it is input: an idle,
+                           failed, waiting or empty conversation continues with it
+    wait_settled(ids)      until those children stop (``jp_await``); their reports
+    kill(id)               status = "killed" (committed), its run cancelled
+
+Who runs a started conversation: a background thread of this process (tools and
+library; it shares the caller's runner, so stopping that runner stops it), or a
+detached ``python`` process (the CLI, which must return at once). A daemon running
+the same workspace may pick the conversation up first: the per-conversation lock
+makes the loser give up quietly. A daemon that wants forks queued under its own
+``max_agents`` registers a starter with :func:`set_starter`.
+
+Scope: ``by`` is the calling agent's conversation id, or ``None`` for a human. Agents
+fork only themselves, kill and await only their descendants, and mail their parent
+and descendants; every id goes through :func:`jpfs.scope.resolve`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jpfs import frontmatter, ids, locks, mail, record, runs, scope, tree
+from jpfs.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, Event, create, now
+from jpfs.errors import JpfsError, LimitError, LockError, ScopeError
+from jpfs.lifecycle import head_commit
+from jpfs.providers.base import Cancelled
+from jpfs.scope import TASK
+from jpfs.state import State
+
+if TYPE_CHECKING:
+    from jpfs.runtime import Runner
+    from jpfs.workspace import Workspace
+
+log = logging.getLogger("jpfs.control")
+
+# States in which input (a query, or mail from the caller) is accepted.
+TAKES_INPUT = frozenset({State.EMPTY, State.WAITING, State.IDLE, State.FAILED})
+# States in which a child has stopped and waits for its caller (jp_await returns).
+SETTLED = frozenset({State.EMPTY, State.WAITING, State.IDLE, State.FAILED, State.KILLED})
+SUMMARY_MAX = 4000
+# How long a background start waits for a conversation's lock: long enough to outlast
+# another runner that is just releasing it (it delivers pending mail before it does).
+START_LOCK_WAIT = 5.0
+POLL = 0.05
+
+Starter = Callable[["Workspace", str], bool]
+_starters: dict[str, Starter] = {}
+
+
+# -- limits ---------------------------------------------------------------------------
+
+
+def check_limits(ws: Workspace, parent: Conversation, *, agent: bool, starting: bool) -> None:
+    """max_children / max_depth (the parent's profile, for agents) and daemon.max_agents."""
+    if agent:
+        limits = parent.config.get("limits", {})
+        max_children = int(limits.get("max_children", 8))
+        children = [c for c in tree.walk(ws.conv_root, parent.id) if ids.parent(c) == parent.id]
+        if len(children) >= max_children:
+            raise LimitError(
+                f"max_children reached: {parent.id!r} already has {len(children)} children"
+                f" (limit {max_children}); continue one by mail or kill one"
+            )
+        max_depth = int(limits.get("max_depth", 3))
+        if ids.depth(parent.id) + 1 > max_depth:
+            raise LimitError(
+                f"max_depth reached: a child of {parent.id!r} would be at depth"
+                f" {ids.depth(parent.id) + 1} (limit {max_depth})"
+            )
+    if starting:
+        max_agents = int(ws.config["daemon.max_agents"])
+        running = runs.count_running(ws.local_dir)
+        if running >= max_agents:
+            raise LimitError(
+                f"max_agents reached: {running} agents are running (daemon.max_agents ="
+                f" {max_agents}); wait for one (jp_await) or kill one"
+            )
+
+
+# -- fork ------------------------------------------------------------------------------
+
+
+def _child_for_call(ws: Workspace, parent: str, call_id: str) -> str | None:
+    """The child an earlier attempt of this very tool call created (crash resume)."""
+    for child in tree.walk(ws.conv_root, parent):
+        if ids.parent(child) == parent and (
+            Conversation(ws.conv_root, child).meta().get("origin_call") == call_id
+        ):
+            return child
+    return None
+
+
+def _settled_events(events: list[Event]) -> tuple[list[Event], Event | None]:
+    """The parent's events minus an in-flight turn: (kept, text-only copy of that turn).
+
+    The turn that is calling tools right now (the one that called ``fork``) is copied
+    as its text alone: its tool calls and their results stay the parent's, and the
+    child's transcript stays valid for the Messages API whatever has run meanwhile.
+    """
+    for i in range(len(events) - 1, -1, -1):
+        ev = events[i]
+        if ev.role == "user":
+            break
+        if ev.role == "assistant":
+            if ev.meta.get("tool_calls"):
+                return events[:i], ev
+            break
+    return events, None
+
+
+def _copy_context(child: Conversation, src: Conversation, prompt: str | None) -> None:
+    events, turn = _settled_events(src.events())
+    if not events and turn is None:
+        # Not started yet (a template or onboarding): the task and Q&A are the context.
+        task = (src.read(TASK) or "").rstrip()
+        for name in (QUESTIONS, ANSWERS):
+            if src.file(name).exists():
+                shutil.copyfile(src.file(name), child.file(name))
+        if prompt:
+            task = f"{task}\n\n## Your task\n\n{prompt.strip()}" if task else prompt.strip()
+        if task:
+            child.write(TASK, task + "\n")
+        return
+    child.events_dir.mkdir(parents=True, exist_ok=True)
+    seq = 0
+    for seq, ev in enumerate(events, 1):
+        shutil.copyfile(ev.path, child.events_dir / f"{seq:04d}-{ev.role}.md")
+    if turn is not None:
+        seq += 1
+        meta = {k: v for k, v in turn.meta.items() if k != "tool_calls"}
+        meta["stop_reason"] = "end_turn"
+        text = frontmatter.render(meta, turn.body)
+        (child.events_dir / f"{seq:04d}-assistant.md").write_text(text, encoding="utf-8")
+    if prompt:
+        child.write(TASK, prompt.rstrip() + "\n")
+        child.append_event("user", prompt)
+    elif tree.state_of(child) is State.FINISHING:
+        # A copy of a finished run is idle, like its parent: result.md marks it so.
+        last = child.last_event()
+        body = last.body if last is not None else ""
+        meta = {"event": seq, "created": now(), "success": True}
+        child.write(RESULT, frontmatter.render(meta, body))
+
+
+def fork(
+    ws: Workspace,
+    parent: str,
+    prompt: str | None = None,
+    *,
+    by: str | None = None,
+    call_id: str = "",
+    runner: Runner | None = None,
+    start_run: bool = True,
+    detached: bool = False,
+) -> str:
+    """A child of ``parent`` with its context so far plus ``prompt``, started; its id.
+
+    Without a prompt the child is only created (idle when the parent is idle).
+    """
+    parent = scope.resolve(ws.conv_root, parent)
+    if by is not None and parent != by:
+        raise ScopeError(f"an agent may fork only itself ({by!r}), not {parent!r}")
+    src = Conversation(ws.conv_root, parent)
+    prompt = prompt if prompt and prompt.strip() else None
+    starting = start_run and prompt is not None
+    if call_id:
+        existing = _child_for_call(ws, parent, call_id)
+        if existing is not None:
+            if starting:
+                start(ws, existing, runner=runner, detached=detached)
+            return existing
+    check_limits(ws, src, agent=by is not None, starting=starting)
+    meta = src.meta()
+    agent = str(meta.get("agent", ""))
+    child_id = ids.join(parent, ids.generate())
+    # Held until the fork is committed: no daemon may run a half-copied child.
+    with locks.conversation_lock(ws.local_dir, child_id):
+        child = create(
+            ws.conv_root,
+            child_id,
+            agent=agent,
+            title=(prompt or "").strip().splitlines()[0][:80]
+            if prompt
+            else str(meta.get("title", "")),
+            config=src.config,
+            extra={
+                "base": head_commit(ws),
+                "forked_from": f"{parent}@{src.event_names()[-1][0] if src.event_names() else 0}",
+                "origin_call": call_id or None,
+            },
+        )
+        _copy_context(child, src, prompt)
+        record.commit(ws, child.id, "fork", agent=agent, note=f"from {parent}")
+    if starting:
+        start(ws, child.id, runner=runner, detached=detached)
+    return child.id
+
+
+# -- mail that continues ---------------------------------------------------------------
+
+
+def send(
+    ws: Workspace,
+    to: str,
+    subject: str,
+    body: str,
+    *,
+    sender: str | None = None,
+    in_reply_to: str | None = None,
+    parent_only: bool = False,
+    runner: Runner | None = None,
+    start_run: bool = True,
+    detached: bool = False,
+) -> tuple[mail.Message, bool]:
+    """Mail ``to``; mail from its caller starts it when it can take input.
+
+    Returns the message and whether a run was started.
+    """
+    msg = mail.send(
+        ws, to, subject, body, sender=sender, in_reply_to=in_reply_to, parent_only=parent_only
+    )
+    if not start_run or not mail.is_caller(msg.sender, msg.to):
+        return msg, False
+    conv = Conversation(ws.conv_root, msg.to)
+    if tree.state_of(conv) not in TAKES_INPUT or conv.meta().get("mode") == "template":
+        # Busy: whoever runs it delivers the mail when the run stops (runs.supervise).
+        return msg, False
+    start(ws, msg.to, runner=runner, detached=detached)
+    return msg, True
+
+
+def deliver(ws: Workspace, conv: Conversation) -> bool:
+    """Turn unread mail from ``conv``'s caller into its next input, in one commit.
+
+    The caller holds ``conv``'s run lock. Returns True when there was input, i.e.
+    the conversation has work to do again.
+    """
+    if tree.state_of(conv) not in TAKES_INPUT or conv.meta().get("mode") == "template":
+        return False
+    pending = mail.pending_input(ws, conv.id)
+    if not pending:
+        return False
+    from jpfs.query import submit
+
+    mail.mark_read(ws, conv.id, pending, commit=False)
+    # submit commits the conversation's directory: the input and the read marks together.
+    submit(ws, conv, mail.as_input(pending))
+    return True
+
+
+# -- kill --------------------------------------------------------------------------------
+
+
+def kill(ws: Workspace, conv_id: str, *, by: str | None = None, cascade: bool = False) -> list[str]:
+    """Mark ``conv_id`` (and with ``cascade`` its descendants) killed and stop their runs.
+
+    The status is committed before the run is cancelled, so the record shows the
+    kill even when the run is mid-step. Returns the ids newly killed.
+    """
+    target = scope.resolve(ws.conv_root, conv_id, within=by)
+    targets = [target, *(tree.walk(ws.conv_root, target) if cascade else ())]
+    killed = []
+    for cid in targets:
+        conv = Conversation(ws.conv_root, cid)
+        if conv.status == "killed":
+            continue
+        conv.update(status="killed")
+        record.commit(
+            ws,
+            cid,
+            "kill",
+            paths=[ws.rel(conv.toml_path)],
+            agent=conv.meta().get("agent"),
+            note=f"by {by or 'human'}",
+        )
+        runs.cancel(ws.root, cid)
+        killed.append(cid)
+    return killed
+
+

@@ -1,0 +1,300 @@
+"""The reconciler: turns file events and scans into "look at conversation X now".
+
+One thread owns all of this state; the watcher and the pool only post to its inbox.
+For each conversation it is woken for, it
+
+1. waits until every file touched there has settled (a save that ended with close or
+   rename: ``debounce``; anything else, deletions included: ``settle`` seconds without
+   an event), so an editor's save-by-rename is one change and a half-written file is
+   never acted on;
+2. takes the conversation's run lock without waiting (held by a run here or in
+   another process: look again when it is free) and commits the files that differ from
+   HEAD as the user's edit (:mod:`jpfs.daemon.edits`);
+3. asks :func:`jpfs.daemon.actions.needs` what the files call for, and adopts the
+   conversation, records its error, or queues it in the pool.
+
+Scans (at start-up, every ``scan_interval`` seconds, after an inotify overflow, and
+for each directory that appears) find what events missed; a scan skips conversations
+whose files' stat signature did not change since the last look and needed nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from jpfs import locks, tree
+from jpfs.conversation import ANSWERS, EVENTS, INBOX, QUESTIONS, RESULT, Conversation
+from jpfs.daemon import actions, edits
+from jpfs.daemon.actions import Need
+from jpfs.daemon.pool import Pool
+from jpfs.daemon.watcher import CLOSED, DELETED, MOVED_FROM, MOVED_TO, Batch
+from jpfs.errors import IdError, JpfsError, LockError
+from jpfs.scope import CONVERSATION_TOML, TASK
+from jpfs.workspace import Workspace
+
+log = logging.getLogger("jpfs.daemon")
+
+TOP_FILES = (TASK, ANSWERS, CONVERSATION_TOML)
+_SIG_FILES = (CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, EVENTS, INBOX)
+_DONE = "done"
+_RESCAN = "rescan"
+
+
+@dataclass
+class FileState:
+    last: float  # monotonic time of the last event
+    complete: bool  # the last event ended a whole save (close after write, rename into place)
+
+
+def signature(conv: Conversation) -> int:
+    """A cheap fingerprint of the files the state depends on (stat only, no reads)."""
+    parts: list[int] = []
+    for name in _SIG_FILES:
+        try:
+            st = os.stat(os.path.join(conv.path, name))
+            parts += (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            parts.append(-1)
+    return hash(tuple(parts))
+
+
+class Reconciler:
+    def __init__(
+        self,
+        ws: Workspace,
+        pool: Pool,
+        *,
+        debounce: float,
+        settle: float,
+        scan_interval: float,
+        on_error: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.ws = ws
+        self.pool = pool
+        self.debounce = debounce
+        self.settle = settle
+        self.scan_interval = scan_interval
+        self.on_error = on_error
+        self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.files: dict[str, FileState] = {}  # conversation-root-relative path
+        self.touched: dict[str, set[str]] = {}  # conversation id -> touched paths
+        self.due: dict[str, float] = {}  # conversation id -> when to look at it
+        self.backoff: dict[str, float] = {}  # locked elsewhere: seconds until the next look
+        self.seen: dict[str, tuple[int, Need]] = {}  # id -> (signature, need) at last look
+        self.head: edits.Head | None = None
+        self.scans = 0
+        self.next_scan = time.monotonic() + scan_interval
+
+    # -- posting (any thread) ----------------------------------------------------------
+    def post(self, batch: Batch) -> None:
+        self.inbox.put(batch)
+
+    def run_done(self, conv_id: str) -> None:
+        self.inbox.put((_DONE, conv_id))
+
+    def request_scan(self) -> None:
+        self.inbox.put((_RESCAN, ""))
+
+    # -- the loop (reconciler thread) --------------------------------------------------
+    def start(self) -> None:
+        """Recover, then look at every conversation once (before the daemon says ready)."""
+        self.head = edits.Head(self.ws.root)
+        self.scan(full=True)
+
+    def loop(self, stop: threading.Event, tick: Callable[[], None]) -> None:
+        while not stop.is_set():
+            now = time.monotonic()
+            wake = min([self.next_scan, now + 1.0, *self.due.values()])
+            try:
+                item = self.inbox.get(timeout=max(0.0, min(wake - now, 0.25)))
+            except queue.Empty:
+                item = None
+            while item is not None:
+                self.handle(item)
+                try:
+                    item = self.inbox.get_nowait()
+                except queue.Empty:
+                    item = None
+            if stop.is_set():
+                break
+            self.process_due()
+            if time.monotonic() >= self.next_scan:
+                self.scan(full=False)
+            tick()
+
+    def handle(self, item: object) -> None:
+        if isinstance(item, Batch):
+            if item.overflow:
+                log.warning("inotify queue overflow: events were lost; rescanning everything")
+                self.recover(subject="jpfs: commit edits found after lost file events")
+                self.scan(full=True)
+            for change in item.changes:
+                self.note_change(change.path, change.kind, change.is_dir)
+        elif isinstance(item, tuple) and item[0] == _DONE:
+            self.due[item[1]] = time.monotonic()
+        elif isinstance(item, tuple) and item[0] == _RESCAN:
+            self.scan(full=True)
+
+    def note_change(self, path: str, kind: str, is_dir: bool) -> None:
+        now = time.monotonic()
+        if is_dir:
+            conv_id, complete = edits.conv_dir_of(path), False
+            if kind not in (DELETED, MOVED_FROM):
+                self.scan_under(conv_id)
+        else:
+            conv_id, inner = edits.conv_of(path)
+            if edits.agent_written(inner) and conv_id and self.pool.is_running(conv_id):
+                return  # our own run's transcript: its commits are the record
+            complete = kind in (CLOSED, MOVED_TO) and not edits.agent_written(inner)
+        self.files[path] = FileState(now, complete)
+        self.touched.setdefault(conv_id, set()).add(path)
+        self.due.setdefault(conv_id, now)
+
+    def stable_at(self, path: str) -> float:
+        st = self.files.get(path)
+        if st is None:
+            return 0.0
+        return st.last + (self.debounce if st.complete else self.settle)
+
+    def process_due(self) -> None:
+        now = time.monotonic()
+        for conv_id in [c for c, t in self.due.items() if t <= now]:
+            del self.due[conv_id]
+            try:
+                self.reconcile(conv_id)
+            except Exception as exc:  # one conversation must never stop the daemon
+                log.exception("reconciling %r failed", conv_id)
+                self.on_error(f"{conv_id}: {exc}")
+
+    # -- one conversation -------------------------------------------------------------------
+    def reconcile(self, conv_id: str) -> None:
+        paths = self.touched.get(conv_id, set())
+        settled = max((self.stable_at(p) for p in paths), default=0.0)
+        if settled > time.monotonic():
+            self.due[conv_id] = settled
+            return
+        if not conv_id:
+            self.commit_edits(paths)
+            self.forget("")
+            return
+        if self.pool.is_running(conv_id):
+            return  # the pool calls back when the run ends; touched paths wait till then
+        try:
+            conv = Conversation(self.ws.conv_root, conv_id)
+        except IdError:
+            self.forget(conv_id)
+            return
+        if not paths:
+            # The common case of a scan: nothing touched and nothing needed, no lock taken.
+            verdict = actions.needs(conv)
+            if verdict.need is Need.NOTHING:
+                self.seen[conv_id] = (signature(conv), verdict.need)
+                return
+        try:
+            with locks.conversation_lock(self.ws.local_dir, conv_id):
+                verdict = self.serve(conv, paths)
+        except LockError:
+            wait = min(self.backoff.get(conv_id, 0.05) * 2, 2.0)
+            self.backoff[conv_id] = wait
+            self.due[conv_id] = time.monotonic() + wait
+            return
+        self.backoff.pop(conv_id, None)
+        self.forget(conv_id)
+        if verdict.need is Need.RUN:
+            self.pool.submit(conv_id)
+
+    def serve(self, conv: Conversation, paths: set[str]) -> actions.Verdict:
+        """Under the run lock: commit the human's edits, adopt, record errors."""
+        assert self.head is not None
+        verdict = actions.needs(conv)
+        candidates = set(paths)
+        if paths or verdict.need is not Need.NOTHING:
+            candidates.update(f"{conv.id}/{name}" for name in TOP_FILES)
+        if candidates:
+            self.commit_edits(candidates)
+            verdict = actions.needs(conv)
+        if verdict.need is Need.ADOPT:
+            try:
+                agent = actions.adopt(self.ws, conv, self.head.refresh())
+                log.info("%s: new conversation from task.md (agent %s)", conv.id, agent)
+                verdict = actions.needs(conv)
+            except JpfsError as exc:
+                verdict = actions.Verdict(Need.BROKEN, reason=str(exc).splitlines()[0])
+        if verdict.need is Need.BROKEN:
+            log.warning("%s: %s", conv.id, verdict.reason)
+            self.on_error(f"{conv.id}: {verdict.reason}")
+            actions.record_failure(self.ws, conv, verdict.reason)
+        self.seen[conv.id] = (signature(conv), verdict.need)
+        return verdict
+
+    def commit_edits(self, paths: set[str]) -> None:
+        assert self.head is not None
+        self.head.refresh()
+        groups: dict[str, list[str]] = {}
+        for path in paths:
+            for rel in edits.expand(self.ws, self.head, path):
+                if edits.differs(self.ws, self.head, rel):
+                    groups.setdefault(edits.conv_of(rel)[0], []).append(rel)
+        for conv_id, rels in sorted(groups.items()):
+            sha = edits.commit_edits(self.ws, conv_id, rels)
+            if sha:
+                log.info("%s: committed the user's edit of %s", conv_id or "(root)", ", ".join(rels))
+
+    def forget(self, conv_id: str) -> None:
+        for path in self.touched.pop(conv_id, set()):
+            self.files.pop(path, None)
+
+    # -- scans ---------------------------------------------------------------------------------
+    def scan(self, *, full: bool) -> None:
+        """Look at every conversation whose files changed (all of them when ``full``)."""
+        started = time.monotonic()
+        looked = 0
+        live = set()
+        for conv_id in tree.walk(self.ws.conv_root):
+            live.add(conv_id)
+            conv = Conversation(self.ws.conv_root, conv_id)
+            last = self.seen.get(conv_id)
+            if (
+                not full
+                and last is not None
+                and last[1] is Need.NOTHING
+                and last[0] == signature(conv)
+            ):
+                continue
+            looked += 1
+            self.check(conv_id)
+        for gone in set(self.seen) - live:
+            del self.seen[gone]
+        self.scans += 1
+        self.next_scan = time.monotonic() + self.scan_interval
+        log.debug("scan: %d of %d looked at in %.3fs", looked, len(live), time.monotonic() - started)
+
+    def scan_under(self, conv_id: str) -> None:
+        """A directory appeared: its files may predate the watch on it."""
+        found = [conv_id] if conv_id else []
+        found += list(tree.walk(self.ws.conv_root, conv_id or None))
+        for cid in found:
+            self.due.setdefault(cid, time.monotonic())
+
+    def check(self, conv_id: str) -> None:
+        """Look at a conversation now unless touched paths make it wait."""
+        if conv_id in self.touched:
+            self.due.setdefault(conv_id, time.monotonic())
+            return
+        try:
+            self.reconcile(conv_id)
+        except Exception as exc:
+            log.exception("reconciling %r failed", conv_id)
+            self.on_error(f"{conv_id}: {exc}")
+
+    def recover(self, subject: str) -> None:
+        """Commit whatever differs from HEAD under the root (crash, lost events)."""
+        sha = self.ws.committer.commit_pending(subject=subject, trailers=(("Jpfs-Event", "recover"),))
+        if sha:
+            log.info("committed uncommitted files found under the conversation root (%s)", sha[:12])

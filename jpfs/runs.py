@@ -1,0 +1,194 @@
+"""The runs of this process: per-conversation cancellation, and noticing a kill.
+
+Every run of a conversation (``Runner.run_locked``) goes through :func:`supervise`,
+which registers it here with a cancel event of its own. That event, not the
+runner's, is what the run's provider calls and command tools see
+(:func:`cancel_event`), so killing one conversation stops exactly that one.
+
+A kill reaches a run in two ways:
+
+- in this process, :func:`cancel` sets the run's event at once;
+- from another process (``jpfs kill`` while a daemon or ``jpfs query`` runs the
+  agent), one watcher thread per process polls each running conversation's
+  ``conversation.toml`` every :data:`POLL` seconds (a ``stat``; the file is parsed only
+  when it changed) and sets the event when it says ``status = "killed"``. The kill
+  is in the file first, so no signal can be lost and no pid can be stale; the cost
+  is one stat per run per tick. The watcher also forwards the runner's own cancel
+  (daemon stop) and exits when no run is left.
+
+A provider or command tool that sees the event raises ``Cancelled`` (or kills its
+process group); :func:`supervise` turns that into ``State.KILLED`` when the
+conversation was killed, and re-raises it when the runner itself was cancelled.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jpfs.providers.base import Cancelled
+from jpfs.state import State
+
+if TYPE_CHECKING:
+    from jpfs.conversation import Conversation
+    from jpfs.runtime import Runner
+
+log = logging.getLogger("jpfs.runs")
+
+POLL = 0.1
+Stamp = tuple[int, int, int]
+
+
+@dataclass
+class Run:
+    runner: Runner
+    conv_id: str
+    toml: Path
+    cancel: threading.Event
+    stamp: Stamp | None
+
+
+_lock = threading.Lock()
+_runs: dict[tuple[str, str], Run] = {}
+_watcher: threading.Thread | None = None
+
+
+def _key(root: Path, conv_id: str) -> tuple[str, str]:
+    return (str(root), conv_id)
+
+
+def _stamp(path: Path) -> Stamp | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def status_of(toml: Path) -> str:
+    """The ``status`` in a conversation.toml; "" when unreadable (mid-edit, missing)."""
+    try:
+        with toml.open("rb") as fh:
+            return str(tomllib.load(fh).get("status", ""))
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+
+
+def cancel_event(runner: Runner, conv: Conversation) -> threading.Event:
+    """The event a run of ``conv`` by ``runner`` is cancelled by (the runner's outside one)."""
+    run = _runs.get(_key(runner.ws.root, conv.id))
+    return run.cancel if run is not None else runner.cancel
+
+
+def cancel(root: Path, conv_id: str) -> bool:
+    """Cancel the run of ``conv_id`` in this process, if there is one."""
+    run = _runs.get(_key(root, conv_id))
+    if run is None:
+        return False
+    run.cancel.set()
+    return True
+
+
+def active(root: Path) -> list[str]:
+    """Conversations of the workspace at ``root`` running in this process."""
+    with _lock:
+        return sorted(cid for (r, cid) in _runs if r == str(root))
+
+
+def supervise(runner: Runner, conv: Conversation, drive: Callable[[Conversation], State]) -> State:
+    """Run ``drive`` as a registered, killable run; then deliver pending mail and go on.
+
+    After each drive, mail from the conversation's caller that arrived meanwhile
+    becomes its next input (:func:`jpfs.control.deliver`), so a message sent while
+    the agent was busy is never left behind when it stops.
+    """
+    from jpfs import control
+
+    key = _key(runner.ws.root, conv.id)
+    run = Run(runner, conv.id, conv.toml_path, threading.Event(), _stamp(conv.toml_path))
+    with _lock:
+        outer = _runs.get(key)
+        _runs[key] = run
+        _ensure_watcher()
+    try:
+        while True:
+            state = drive(conv)
+            if not control.deliver(runner.ws, conv):
+                return state
+    except Cancelled:
+        if not runner.cancel.is_set() and status_of(conv.toml_path) == "killed":
+            runner.note(f"[{conv.id}] killed")
+            return State.KILLED
+        raise
+    finally:
+        with _lock:
+            if outer is not None:
+                _runs[key] = outer
+            elif _runs.get(key) is run:
+                del _runs[key]
+
+
+def _ensure_watcher() -> None:
+    global _watcher
+    if _watcher is None:
+        _watcher = threading.Thread(target=_watch, name="jpfs-runs-watcher", daemon=True)
+        _watcher.start()
+
+
+def _watch() -> None:
+    global _watcher
+    tick = threading.Event()  # never set: a timed wait that needs no sleep
+    while True:
+        with _lock:
+            if not _runs:
+                # Cleared under the lock: a run registered after this starts a new one.
+                _watcher = None
+                return
+            runs = list(_runs.values())
+        for run in runs:
+            if run.cancel.is_set():
+                continue
+            if run.runner.cancel.is_set():
+                run.cancel.set()
+                continue
+            stamp = _stamp(run.toml)
+            if stamp != run.stamp:
+                run.stamp = stamp
+                if status_of(run.toml) == "killed":
+                    log.info("%s was killed: cancelling its run", run.conv_id)
+                    run.cancel.set()
+        tick.wait(POLL)
+
+
+def count_running(local_dir: Path) -> int:
+    """Conversations whose run lock is held right now, by any process on this machine."""
+    locks_dir = local_dir / "locks"
+    try:
+        names = os.listdir(locks_dir)
+    except FileNotFoundError:
+        return 0
+    count = 0
+    for name in names:
+        if not name.endswith(".lock"):
+            continue
+        try:
+            fd = os.open(locks_dir / name, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            # A shared probe conflicts with the holder's exclusive lock only.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            count += 1
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    return count
