@@ -41,6 +41,7 @@ from bench.common import (
     print_table,
     ratio,
     temp_dir,
+    use_bytecode_cache,
 )
 
 STARTUP_TARGET = 1.5
@@ -188,6 +189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     repeat = args.repeat or (5 if args.quick else 10)
     pin_environment()
     with temp_dir() as tmp:
+        use_bytecode_cache(tmp / "pycache")
         empty = make_workspace(tmp / "empty")
         startup = bench_startup(empty, repeat)
         ws = make_workspace(tmp / "full")

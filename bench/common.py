@@ -60,6 +60,17 @@ def pin_environment() -> None:
             del os.environ[key]
 
 
+def use_bytecode_cache(path: Path) -> None:
+    """Let the Python subprocesses a bench starts cache bytecode, as a user's install does.
+
+    Without it (PYTHONDONTWRITEBYTECODE in CI shells) every ``jpfs`` run recompiles
+    jpfs from source, ~10 ms that no user pays; the cache lives in ``path``, not in
+    the source tree.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(path)
+
+
 def git(repo: Path, *args: str, data: bytes | None = None) -> str:
     proc = subprocess.run(["git", *args], cwd=repo, input=data, capture_output=True, check=False)
     if proc.returncode != 0:

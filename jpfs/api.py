@@ -80,7 +80,9 @@ def onboard(
     return _handle(ws, result.conversation, result.state)
 
 
-def reply(handle: OnboardingHandle, answer: str, *, workspace_dir: Where = None) -> OnboardingHandle:
+def reply(
+    handle: OnboardingHandle, answer: str, *, workspace_dir: Where = None
+) -> OnboardingHandle:
     """Answer the handle's open questions; returns the next handle (more questions or ready)."""
     ws = workspace(workspace_dir)
     if handle.ready:
@@ -108,7 +110,9 @@ def spawn(ws: Workspace, template_id: str, task: str) -> Conversation:
             shutil.copyfile(template.file(name), child.file(name))
     from jpfs import record
 
-    record.commit(ws, child.id, "task", agent=str(meta.get("agent", "")), note=f"from {template.id}")
+    record.commit(
+        ws, child.id, "task", agent=str(meta.get("agent", "")), note=f"from {template.id}"
+    )
     return child
 
 

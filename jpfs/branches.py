@@ -21,7 +21,7 @@ carry conversation files (they are excluded from ``git add``), so merging a bran
 never rewrite the shared record. A worktree is (re)created on demand from the recorded
 branch and ``base``, so a crash mid-creation or a gc'ed worktree heals on the next run.
 
-Merging is in :mod:`jpfs.merge`; discard and gc in :mod:`jpfs.forks`.
+Merging is in :mod:`jpfs.merge`; discard and gc in :mod:`jpfs.worktrees`.
 """
 
 from __future__ import annotations
@@ -34,15 +34,15 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import git
+from typing import TYPE_CHECKING, Any
 
 from jpfs import ids
-from jpfs.committer import Identity
 from jpfs.conversation import Conversation
 from jpfs.errors import GitError, ScopeError, StateError
 from jpfs.workspace import WORKTREES_DIR, Workspace
+
+if TYPE_CHECKING:
+    from jpfs.committer import Identity
 
 PREFIX = "jpfs"
 LEAF = "_"
@@ -85,6 +85,8 @@ def run_git(
 
     GitPython's errors and unexpected exit statuses become :class:`GitError` here, once.
     """
+    import git  # GitPython: imported on first use, most commands never need it
+
     try:
         status, out, err = git.Git(str(cwd)).execute(
             ["git", *args],
@@ -195,7 +197,9 @@ def fork_of(ws: Workspace, conv_id: str, meta: Mapping[str, Any] | None = None) 
         return None
     rel = worktree.strip("/")
     if not (rel == WORKTREES_DIR or rel.startswith(WORKTREES_DIR + "/")) or ".." in rel.split("/"):
-        raise ScopeError(f"conversation {conv_id!r}: worktree {worktree!r} is not under {WORKTREES_DIR}")
+        raise ScopeError(
+            f"conversation {conv_id!r}: worktree {worktree!r} is not under {WORKTREES_DIR}"
+        )
     base = meta.get("base")
     merged = meta.get("merged")
     return Fork(
@@ -212,7 +216,7 @@ def require_fork(ws: Workspace, conv_id: str) -> Fork:
     fork = fork_of(ws, conv_id)
     if fork is None:
         raise StateError(
-            f"conversation {conv_id!r} has no branch (its profile's workspace is not \"branch\")"
+            f'conversation {conv_id!r} has no branch (its profile\'s workspace is not "branch")'
         )
     return fork
 
@@ -362,8 +366,10 @@ def since(ws: Workspace, conv_id: str) -> tuple[Fork, str]:
     """The fork and the commit its changes are counted from: the merge base with its
     merge target (what a merge would bring), or its recorded base."""
     fork = require_fork(ws, conv_id)
+    if fork.discarded:
+        raise StateError(f"the branch of {conv_id!r} was discarded")
     if rev(ws.root, fork.ref) is None:
-        raise GitError(f"branch {fork.branch} of {conv_id!r} is gone (discarded?)")
+        raise GitError(f"branch {fork.branch} of {conv_id!r} is missing: discard it")
     parent = enclosing_fork(ws, ids.parent(conv_id))
     target = "HEAD" if parent is None else parent.ref
     status, out, _ = run_git(ws.root, "merge-base", target, fork.ref, ok=(0, 1))

@@ -117,7 +117,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -183,6 +183,7 @@ class Change:
 
 
 _DEFAULT_PENDING_TRAILERS: tuple[tuple[str, str], ...] = (("Jpfs-Event", "recover"),)
+_HEAL = Change((), "jpfs: heal the index")
 
 
 class Committer:
@@ -235,6 +236,12 @@ class Committer:
         self._closed = False
         self._index_cache: _IndexFile | None = None
         self._index_debt: set[str] = set()
+        # Paths we committed lately, re-checked in the index at every write and by the
+        # watcher: `git commit` may write back an index it read before ours.
+        self._recent: dict[str, float] = {}
+        self._last_commit = 0.0
+        self._watcher: threading.Thread | None = None
+        self._stopping = threading.Event()
         self._verified: dict[bytes, tuple[tuple[int, int, int, int], bytes]] = {}
         self._root_bytes = os.fsencode(self._root)
         self._packed_cache: tuple[tuple[int, int, int], dict[str, str]] | None = None
@@ -279,6 +286,7 @@ class Committer:
             self._closed = True
             while self._leading:
                 self._cv.wait()
+        self._stopping.set()
         self._index_cache = None
 
     def __enter__(self) -> Committer:
@@ -379,6 +387,15 @@ class Committer:
         return pending.outcome()
 
     def _run_batch(self, batch: list[_Pending]) -> None:
+        if all(item.heal for item in batch):
+            self._heal()
+            for item in batch:
+                item.succeed(None)
+            return
+        for item in batch:
+            if item.heal:
+                item.succeed(None)  # the commit below re-syncs recent paths anyway
+        batch = [item for item in batch if not item.heal]
         _, tip = self._resolve_head()
         tip_tree = self._tree_of(tip)
         reads: dict[str, _Blob | _Dir | None] = {}
@@ -495,6 +512,8 @@ class Committer:
                 self._index_debt.clear()
             else:
                 self._index_debt.update(plan.entries)
+            if plan.new_tip is not None:
+                self._remember(plan.entries)
             for item in live:
                 item.succeed(plan.shas[item.run] if item.run is not None else None)
             if plan.new_tip is not None:
@@ -738,10 +757,7 @@ class Committer:
 
     def _sync_index(self, plan: _Plan) -> None:
         """Set the user's index entries of the plan's paths to the plan's tree (locked)."""
-        desired: dict[str, _Blob | None] = dict(plan.entries)
-        for path in self._index_debt - desired.keys():
-            found = _lookup(plan.tree, path)
-            desired[path] = None if found is None else _Blob(found[0], found[1], b"", None)
+        desired = self._desired(plan)
         try:
             index = self._load_index()
             if index is None:
@@ -760,6 +776,75 @@ class Committer:
             # The in-memory copy may be half-updated; re-read it next time.
             self._index_cache = None
             raise
+
+    def _desired(self, plan: _Plan) -> dict[str, _Blob | None]:
+        """Index state wanted for the plan's paths, owed paths and recent paths."""
+        desired: dict[str, _Blob | None] = dict(plan.entries)
+        for path in (self._index_debt | self._recent.keys()) - desired.keys():
+            found = _lookup(plan.tree, path)
+            desired[path] = None if found is None else _Blob(found[0], found[1], b"", None)
+        return desired
+
+    def _remember(self, paths: Iterable[str]) -> None:
+        now = time.monotonic()
+        for path in paths:
+            self._recent.pop(path, None)
+            self._recent[path] = now
+        while self._recent:
+            oldest, when = next(iter(self._recent.items()))
+            if len(self._recent) <= _RECENT_MAX and now - when < _WATCH_SECONDS:
+                break
+            del self._recent[oldest]
+        self._last_commit = now
+        if self._watcher is None or not self._watcher.is_alive():
+            self._watcher = threading.Thread(
+                target=self._watch, name="jpfs-index-watch", daemon=True
+            )
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """For a while after a commit, heal the index when someone else rewrites it."""
+        path = self._gitdir / "index"
+        seen: tuple[int, int, int, int] | None = None
+        while time.monotonic() - self._last_commit < _WATCH_SECONDS:
+            if self._stopping.wait(_WATCH_INTERVAL):
+                return
+            try:
+                stamp = _stamp(os.stat(path))
+            except OSError:
+                continue
+            cache = self._index_cache
+            if stamp == seen or cache is None or stamp == cache.stamp:
+                continue
+            seen = stamp
+            try:
+                self._submit(_Pending(_HEAL, (), heal=True))
+            except JpfsError:
+                return
+
+    def _heal(self) -> None:
+        """Re-sync recent paths if an index written behind our back lost them."""
+        if not self._recent and not self._index_debt:
+            return
+        _, tip = self._resolve_head()
+        plan = _Plan(None, [], {}, "", self._tree_of(tip))
+        index = self._load_index()  # unlocked look first: usually nothing to do
+        if index is None:
+            return
+        wanted = [(os.fsencode(p), blob) for p, blob in self._desired(plan).items()]
+        if all(
+            index.get(key) == (None if blob is None else (blob.oid.raw, blob.mode))
+            for key, blob in wanted
+        ):
+            return
+        lock = self._acquire(self._gitdir / "index", _HEAL_LOCK_TIMEOUT, required=False)
+        if lock is None:
+            return
+        try:
+            self._sync_index(plan)
+            self._index_debt.clear()
+        finally:
+            lock.release()
 
     def _racy_modified(self, path: bytes, raw: bytes) -> bool:
         """Whether a racily clean index entry's file changed although its stat matches."""
@@ -847,6 +932,10 @@ class Committer:
 # --------------------------------------------------------------------------- internals
 
 _MAX_CAS_ATTEMPTS = 64
+_RECENT_MAX = 128
+_WATCH_SECONDS = 10.0
+_WATCH_INTERVAL = 0.01
+_HEAL_LOCK_TIMEOUT = 0.2
 # Filesystem timestamps come from a coarse clock (jiffies); 50 ms is far beyond it.
 _TIMESTAMP_SLACK_NS = 50_000_000
 
@@ -884,11 +973,12 @@ class _Plan:
 class _Pending:
     """One queued change and, once the leader is through, its outcome."""
 
-    __slots__ = ("_error", "_sha", "change", "done", "paths", "run", "snapshot")
+    __slots__ = ("_error", "_sha", "change", "done", "heal", "paths", "run", "snapshot")
 
-    def __init__(self, change: Change, paths: tuple[str, ...]) -> None:
+    def __init__(self, change: Change, paths: tuple[str, ...], *, heal: bool = False) -> None:
         self.change = change
         self.paths = paths
+        self.heal = heal
         self.snapshot: list[_Blob | _Dir | None] = []
         self.run: int | None = None
         self.done = False

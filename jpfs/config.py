@@ -42,6 +42,8 @@ SCHEMA: dict[str, Key] = {
     "daemon.scan_interval": Key((int, float), 30.0, "seconds between full rescans"),
     "daemon.debounce": Key((int, float), 0.05, "seconds to let a burst of events settle"),
     "daemon.settle": Key((int, float), 0.3, "a human edit is committed once unchanged this long"),
+    "daemon.log_max_bytes": Key(int, 1_000_000, "daemon.log is rotated at this size"),
+    "daemon.log_backups": Key(int, 3, "rotated daemon logs kept (daemon.log.1, ...)"),
     "git.maintenance_every": Key(int, 500, "commits between background git gc/commit-graph"),
     "query.lock_wait": Key((int, float), 0.0, "seconds jpfs query waits for a busy conversation"),
 }
@@ -169,7 +171,9 @@ def set_in_file(path: Path, key: str, raw: str) -> Any:
 
     value = check(key, parse_value(raw), f"{path}")
     try:
-        doc = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
+        doc = (
+            tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
+        )
     except Exception as exc:  # tomlkit raises its own ParseError family
         raise ConfigError(f"{path}: malformed TOML: {exc}") from exc
     *tables, leaf = key.split(".")

@@ -1,46 +1,30 @@
-"""Sub-agent lifecycle: fork, kill, await, mail that continues, and the status report.
+"""Sub-agent lifecycle: fork, kill, and mail that continues a conversation.
 
     fork(parent, prompt)   a child with the parent's context plus ``prompt``, started
-                           at once in the background; returns its id
-    (a run ends)           the child mails its parent a ``status`` message
-                           {"status": "idle", "success": ..., "summary": ...}
-                           (:func:`report_status`, the runner's ``on_finish``)
+                           at once in the background (jpfs.background); returns its id
     send(to, ...)          mail; from the recipient's caller it is input: an idle,
                            failed, waiting or empty conversation continues with it
-    wait_settled(ids)      until those children stop (``jp_await``); their reports
-    kill(id)               status = "killed" (committed), its run cancelled
+    deliver(conv)          pending caller mail -> the next input (every run does this)
+    kill(id)               status = "killed" (committed), its run cancelled (jpfs.runs)
 
-Who runs a started conversation: a background thread of this process (tools and
-library; it shares the caller's runner, so stopping that runner stops it), or a
-detached ``python`` process (the CLI, which must return at once). A daemon running
-the same workspace may pick the conversation up first: the per-conversation lock
-makes the loser give up quietly. A daemon that wants forks queued under its own
-``max_agents`` registers a starter with :func:`set_starter`.
+When a child's run ends it mails its parent a status report (jpfs.reports), which
+``jp_await`` gathers.
 
 Scope: ``by`` is the calling agent's conversation id, or ``None`` for a human. Agents
-fork only themselves, kill and await only their descendants, and mail their parent
-and descendants; every id goes through :func:`jpfs.scope.resolve`.
+fork only themselves, kill only their descendants, and mail their parent and
+descendants; every id goes through :func:`jpfs.scope.resolve`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import logging
 import shutil
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from jpfs import frontmatter, ids, locks, mail, record, runs, scope, tree
+from jpfs import background, frontmatter, ids, locks, mail, record, runs, scope, tree
 from jpfs.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, Event, create, now
-from jpfs.errors import JpfsError, LimitError, LockError, ScopeError
+from jpfs.errors import LimitError, ScopeError
 from jpfs.lifecycle import head_commit
-from jpfs.providers.base import Cancelled
 from jpfs.scope import TASK
 from jpfs.state import State
 
@@ -52,16 +36,6 @@ log = logging.getLogger("jpfs.control")
 
 # States in which input (a query, or mail from the caller) is accepted.
 TAKES_INPUT = frozenset({State.EMPTY, State.WAITING, State.IDLE, State.FAILED})
-# States in which a child has stopped and waits for its caller (jp_await returns).
-SETTLED = frozenset({State.EMPTY, State.WAITING, State.IDLE, State.FAILED, State.KILLED})
-SUMMARY_MAX = 4000
-# How long a background start waits for a conversation's lock: long enough to outlast
-# another runner that is just releasing it (it delivers pending mail before it does).
-START_LOCK_WAIT = 5.0
-POLL = 0.05
-
-Starter = Callable[["Workspace", str], bool]
-_starters: dict[str, Starter] = {}
 
 
 # -- limits ---------------------------------------------------------------------------
@@ -184,7 +158,7 @@ def fork(
         existing = _child_for_call(ws, parent, call_id)
         if existing is not None:
             if starting:
-                start(ws, existing, runner=runner, detached=detached)
+                background.start(ws, existing, runner=runner, detached=detached)
             return existing
     check_limits(ws, src, agent=by is not None, starting=starting)
     meta = src.meta()
@@ -209,7 +183,7 @@ def fork(
         _copy_context(child, src, prompt)
         record.commit(ws, child.id, "fork", agent=agent, note=f"from {parent}")
     if starting:
-        start(ws, child.id, runner=runner, detached=detached)
+        background.start(ws, child.id, runner=runner, detached=detached)
     return child.id
 
 
@@ -242,7 +216,7 @@ def send(
     if tree.state_of(conv) not in TAKES_INPUT or conv.meta().get("mode") == "template":
         # Busy: whoever runs it delivers the mail when the run stops (runs.supervise).
         return msg, False
-    start(ws, msg.to, runner=runner, detached=detached)
+    background.start(ws, msg.to, runner=runner, detached=detached)
     return msg, True
 
 
@@ -293,5 +267,3 @@ def kill(ws: Workspace, conv_id: str, *, by: str | None = None, cascade: bool = 
         runs.cancel(ws.root, cid)
         killed.append(cid)
     return killed
-
-

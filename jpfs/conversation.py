@@ -26,7 +26,8 @@ import tomlkit
 
 from jpfs import frontmatter, ids
 from jpfs.errors import ExistsError, FormatError, NotFoundError
-from jpfs.scope import CONVERSATION_TOML, TASK, check_path, conversation_path
+from jpfs.scope import CONVERSATION_TOML, check_path, conversation_path
+from jpfs.scope import TASK as TASK
 
 QUESTIONS = "questions.md"
 ANSWERS = "answers.md"
@@ -73,7 +74,9 @@ class Event:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        meta = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in self.meta.items()}
+        meta = {
+            k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in self.meta.items()
+        }
         if "tool_calls" in meta:
             meta["tool_calls"] = self.tool_calls
         return {"seq": self.seq, "role": self.role, "meta": meta, "body": self.body}

@@ -37,14 +37,17 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="jpfs-demo-"))
     repo = root / "project"
     repo.mkdir()
-    env_ok = os.environ.get("GIT_AUTHOR_NAME") or sh(["git", "config", "user.name"], repo, check=False).stdout
+    env_ok = (
+        os.environ.get("GIT_AUTHOR_NAME")
+        or sh(["git", "config", "user.name"], repo, check=False).stdout
+    )
     sh(["git", "init", "-q", "-b", "main"], repo)
     if not env_ok:
         sh(["git", "config", "user.name", "Demo User"], repo)
         sh(["git", "config", "user.email", "demo@example.invalid"], repo)
     (repo / "README.md").write_text("# Tiny shop\nA web shop in one file.\n", encoding="utf-8")
     (repo / "src").mkdir()
-    (repo / "src" / "app.py").write_text('def checkout(cart):\n    return sum(cart)\n', "utf-8")
+    (repo / "src" / "app.py").write_text("def checkout(cart):\n    return sum(cart)\n", "utf-8")
     sh(["git", "add", "-A"], repo)
     sh(["git", "commit", "-q", "-m", "A tiny project"], repo)
     print(f"demo repository: {repo}")

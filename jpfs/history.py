@@ -26,11 +26,14 @@ class Entry:
             for k, v in self.trailers.items()
             if k in ("Jpfs-Agent", "Jpfs-Model", "Jpfs-Usage")
         )
-        return " ".join(
-            p
-            for p in (self.commit[:10], self.date, self.conversation or "-", self.event, extra)
-            if p
-        ) + f" ({self.author})"
+        return (
+            " ".join(
+                p
+                for p in (self.commit[:10], self.date, self.conversation or "-", self.event, extra)
+                if p
+            )
+            + f" ({self.author})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,7 +70,9 @@ def log(
         if not record:
             continue
         sha, date, author, subject, trailers = (record.split(FIELD) + [""] * 5)[:5]
-        groups = [g for g in parse_trailers(trailers) if "Jpfs-Conversation" in g or "Jpfs-Event" in g]
+        groups = [
+            g for g in parse_trailers(trailers) if "Jpfs-Conversation" in g or "Jpfs-Event" in g
+        ]
         if not groups:
             out.append(Entry(sha, date, author, "", f"edit: {subject}"))
             continue

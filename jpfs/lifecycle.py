@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
-from jpfs import gitcli, ids, record, tree
+from jpfs import branches, gitcli, ids, record, tree
 from jpfs.conversation import TASK, Conversation, create, now
 from jpfs.errors import ConfigError, NotFoundError, StateError
 from jpfs.profiles import apply_overrides, load
@@ -69,7 +69,7 @@ def new_conversation(
     agent = agent or str(ws.config["conversations.default_agent"])
     if config is None:
         config = agent_config(ws, agent, overrides, onboarding)
-    fields = {"base": head_commit(ws), **(extra or {})}
+    fields = {"base": head_commit(ws), **branches.plan(ws, full_id, config), **(extra or {})}
     conv = create(
         ws.conv_root,
         full_id,
@@ -80,6 +80,8 @@ def new_conversation(
         config=config,
         extra=fields,
     )
+    if "branch" in fields:
+        branches.ensure_worktree(ws, branches.require_fork(ws, conv.id))
     event = "new"
     if task is not None:
         conv.write(TASK, task if task.endswith("\n") else task + "\n")
@@ -107,15 +109,19 @@ def fork_conversation(
     meta = src.meta()
     events = src.events(last=last) if last != 0 else []
     seq = src.event_names()[-1][0] if src.event_names() else 0
+    child_id = ids.join(source, ids.generate())
+    fields = {"base": head_commit(ws), **branches.plan(ws, child_id, src.config)}
     child = create(
         ws.conv_root,
-        ids.join(source, ids.generate()),
+        child_id,
         agent=str(meta.get("agent", "")),
         title=title if title is not None else str(meta.get("title", "")),
         hidden=hidden,
         config=src.config,
-        extra={"base": head_commit(ws), "forked_from": f"{source}@{seq}"},
+        extra={**fields, "forked_from": f"{source}@{seq}"},
     )
+    if "branch" in fields:
+        branches.ensure_worktree(ws, branches.require_fork(ws, child.id))
     if events:
         child.events_dir.mkdir(parents=True, exist_ok=True)
     for n, ev in enumerate(events, 1):
@@ -172,7 +178,7 @@ def require_active(ws: Workspace) -> str:
 
 def expired(ws: Workspace, at: dt.datetime | None = None) -> list[str]:
     at = at or now()
-    out = []
+    out: list[str] = []
     for conv_id in tree.walk(ws.conv_root):
         if any(ids.is_descendant(conv_id, o) for o in out):
             continue

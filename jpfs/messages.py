@@ -39,7 +39,12 @@ def to_messages(events: Sequence[Event]) -> list[JsonDict]:
                 blocks.append({"type": "text", "text": ev.body})
             for call in ev.tool_calls:
                 blocks.append(
-                    {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["input"]}
+                    {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "input": call["input"],
+                    }
                 )
             add("assistant", blocks or [{"type": "text", "text": "(no reply)"}])
         elif ev.role == "tool":

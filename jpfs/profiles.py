@@ -39,7 +39,12 @@ TOP: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "script": (dict, {}),
 }
 SUB: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
-    "tools": {"allow": (list, []), "agents": (list, []), "write": (list, []), "command": (list, [])},
+    "tools": {
+        "allow": (list, []),
+        "agents": (list, []),
+        "write": (list, []),
+        "command": (list, []),
+    },
     "limits": {
         "max_turns": (int, 20),
         "max_children": (int, 8),
@@ -69,11 +74,11 @@ def normalize(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key, (_, default) in TOP.items():
         out[key] = copy.deepcopy(data.get(key, default))
     if not out["model"]:
-        raise ProfileError(f"{where}: a profile must name its model (add `model = \"...\"`)")
+        raise ProfileError(f'{where}: a profile must name its model (add `model = "..."`)')
     if out["provider"] not in PROVIDERS:
         raise ProfileError(f"{where}: provider must be one of {', '.join(PROVIDERS)}")
     if out["workspace"] not in ("shared", "branch"):
-        raise ProfileError(f"{where}: workspace must be \"shared\" or \"branch\"")
+        raise ProfileError(f'{where}: workspace must be "shared" or "branch"')
     for table, keys in SUB.items():
         given = out[table]
         for key, value in given.items():
@@ -85,7 +90,7 @@ def normalize(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key, value in out["system"].items():
         _check(where, f"system.{key}", value, str)
     if out["provider"] == "command" and not out["command"]["argv"]:
-        raise ProfileError(f"{where}: provider \"command\" needs command.argv")
+        raise ProfileError(f'{where}: provider "command" needs command.argv')
     return out
 
 

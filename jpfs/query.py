@@ -36,7 +36,7 @@ class Outcome:
         cid = escape(self.conversation, quote=True)
         if self.state is State.WAITING:
             return f'<questions conversation_id="{cid}">\n{self.text.strip()}\n</questions>'
-        if self.state is State.FAILED:
+        if self.state in (State.FAILED, State.KILLED):
             return f'<error conversation_id="{cid}">\n{self.text.strip()}\n</error>'
         return f'<response conversation_id="{cid}">\n{self.text.strip()}\n</response>'
 
@@ -48,6 +48,8 @@ def outcome(conv: Conversation, state: State) -> Outcome:
         last = conv.last_event()
         text = last.body if last is not None and last.role == "error" else "the run failed"
         return Outcome(conv.id, state, text)
+    if state is State.KILLED:
+        return Outcome(conv.id, state, f"conversation {conv.id} was killed")
     from jpfs import frontmatter
 
     result = conv.read(RESULT)
@@ -55,7 +57,9 @@ def outcome(conv: Conversation, state: State) -> Outcome:
     return Outcome(conv.id, state, text)
 
 
-def submit(ws: Workspace, conv: Conversation, text: str, *, event_author: str | None = None) -> None:
+def submit(
+    ws: Workspace, conv: Conversation, text: str, *, event_author: str | None = None
+) -> None:
     """Record ``text`` as the caller's input in whatever form the state calls for."""
     state = tree.state_of(conv)
     if state is State.EMPTY:

@@ -9,12 +9,15 @@ A kill reaches a run in two ways:
 
 - in this process, :func:`cancel` sets the run's event at once;
 - from another process (``jpfs kill`` while a daemon or ``jpfs query`` runs the
-  agent), one watcher thread per process polls each running conversation's
+  agent), a watcher thread polls each running conversation's
   ``conversation.toml`` every :data:`POLL` seconds (a ``stat``; the file is parsed only
   when it changed) and sets the event when it says ``status = "killed"``. The kill
   is in the file first, so no signal can be lost and no pid can be stale; the cost
-  is one stat per run per tick. The watcher also forwards the runner's own cancel
-  (daemon stop) and exits when no run is left.
+  is one stat per run per tick.
+
+There is one watcher thread per runner that has runs: it waits on the runner's own
+cancel event (daemon stop, a cancelled MCP request), so that reaches each of the
+runner's runs at once; it exits when the runner has no run left.
 
 A provider or command tool that sees the event raises ``Cancelled`` (or kills its
 process group); :func:`supervise` turns that into ``State.KILLED`` when the
@@ -57,7 +60,7 @@ class Run:
 
 _lock = threading.Lock()
 _runs: dict[tuple[str, str], Run] = {}
-_watcher: threading.Thread | None = None
+_watchers: dict[int, threading.Thread] = {}
 
 
 def _key(root: Path, conv_id: str) -> tuple[str, str]:
@@ -116,7 +119,7 @@ def supervise(runner: Runner, conv: Conversation, drive: Callable[[Conversation]
     with _lock:
         outer = _runs.get(key)
         _runs[key] = run
-        _ensure_watcher()
+        _ensure_watcher(runner)
     try:
         while True:
             state = drive(conv)
@@ -135,27 +138,31 @@ def supervise(runner: Runner, conv: Conversation, drive: Callable[[Conversation]
                 del _runs[key]
 
 
-def _ensure_watcher() -> None:
-    global _watcher
-    if _watcher is None:
-        _watcher = threading.Thread(target=_watch, name="jpfs-runs-watcher", daemon=True)
-        _watcher.start()
+def _ensure_watcher(runner: Runner) -> None:
+    key = id(runner)
+    if key not in _watchers:
+        thread = threading.Thread(
+            target=_watch, args=(runner,), name="jpfs-runs-watcher", daemon=True
+        )
+        _watchers[key] = thread
+        thread.start()
 
 
-def _watch() -> None:
-    global _watcher
-    tick = threading.Event()  # never set: a timed wait that needs no sleep
+def _watch(runner: Runner) -> None:
+    """Watch ``runner``'s runs; one thread per runner, so its own cancel wakes it at once."""
+    tick = threading.Event()  # never set: a timed wait once the runner's cancel is set
     while True:
         with _lock:
-            if not _runs:
-                # Cleared under the lock: a run registered after this starts a new one.
-                _watcher = None
+            mine = [run for run in _runs.values() if run.runner is runner]
+            if not mine:
+                # Removed under the lock: a run registered after this starts a new one.
+                del _watchers[id(runner)]
                 return
-            runs = list(_runs.values())
-        for run in runs:
+        stopping = runner.cancel.is_set()
+        for run in mine:
             if run.cancel.is_set():
                 continue
-            if run.runner.cancel.is_set():
+            if stopping:
                 run.cancel.set()
                 continue
             stamp = _stamp(run.toml)
@@ -164,7 +171,7 @@ def _watch() -> None:
                 if status_of(run.toml) == "killed":
                     log.info("%s was killed: cancelling its run", run.conv_id)
                     run.cancel.set()
-        tick.wait(POLL)
+        (tick if stopping else runner.cancel).wait(POLL)
 
 
 def count_running(local_dir: Path) -> int:

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from jpfs import frontmatter, locks, messages, onboarding, record, tree
+from jpfs import frontmatter, locks, messages, onboarding, record, reports, runs, tree
 from jpfs.committer import Identity
 from jpfs.conversation import ANSWERS, RESULT, TASK, Conversation, now
 from jpfs.errors import FormatError, JpfsError, LimitError, ProviderError
@@ -75,7 +75,9 @@ class Runner:
     lock_wait: float = 0.0
     providers: dict[str, Provider] = field(default_factory=dict)
     # Hook for the lifecycle layer: called after result.md is written (status mail).
-    on_finish: Callable[[Runner, Conversation, bool, str], None] | None = None
+    on_finish: Callable[[Runner, Conversation, bool, str], None] | None = field(
+        default=reports.report_status
+    )
     _append_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- plumbing -------------------------------------------------------------------
@@ -92,7 +94,7 @@ class Runner:
     def complete(self, conv: Conversation, request: Request) -> Reply:
         if self.cancel.is_set():
             raise Cancelled(f"run of {conv.id} cancelled")
-        return self.provider(conv.config).complete(request, self.cancel)
+        return self.provider(conv.config).complete(request, runs.cancel_event(self, conv))
 
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
         agent = str(conv.meta().get("agent") or "agent")
@@ -117,6 +119,10 @@ class Runner:
             return self.run_locked(conv)
 
     def run_locked(self, conv: Conversation) -> State:
+        # A registered run: kill cancels it, and caller mail is delivered (jpfs.runs).
+        return runs.supervise(self, conv, self.drive)
+
+    def drive(self, conv: Conversation) -> State:
         turns = 0
         self.commit_caller_edits(conv)
         while True:
@@ -153,6 +159,7 @@ class Runner:
         pending = messages.pending_tool_calls(events)
         if pending:
             self.run_tools(conv, pending)
+            self.commit_edits(conv)
             return False
         config = conv.config
         tools = self.tools_for(conv)
@@ -170,11 +177,16 @@ class Runner:
         reply = self.complete(conv, request)
         meta: dict[str, Any] = {
             "model": reply.model or request.model,
-            "usage": {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens},
+            "usage": {
+                "input_tokens": reply.usage.input_tokens,
+                "output_tokens": reply.usage.output_tokens,
+            },
             "stop_reason": reply.stop_reason,
         }
         if reply.tool_calls:
-            meta["tool_calls"] = [{"id": c.id, "name": c.name, "input": c.input} for c in reply.tool_calls]
+            meta["tool_calls"] = [
+                {"id": c.id, "name": c.name, "input": c.input} for c in reply.tool_calls
+            ]
         conv.append_event("assistant", reply.text, meta)
         self.commit(conv, "assistant", model=meta["model"], usage=reply.usage)
         return True
@@ -192,13 +204,21 @@ class Runner:
             conversation=conv.id,
             files_root=self.files_root(conv),
             writable=tuple(config.get("tools", {}).get("write", [])),
-            cancel=self.cancel,
+            cancel=runs.cancel_event(self, conv),
             services={"runner": self, "ws": self.ws, "config": config},
         )
 
     def files_root(self, conv: Conversation) -> Any:
-        worktree = conv.meta().get("worktree")
-        return self.ws.root / worktree if worktree else self.ws.root
+        from jpfs import branches
+
+        return branches.files_root(self.ws, conv)
+
+    def commit_edits(self, conv: Conversation) -> None:
+        """Commit the agent's file edits onto its branch (branch workspaces only)."""
+        from jpfs import branches
+
+        agent = str(conv.meta().get("agent") or "agent")
+        branches.commit_edits(self.ws, conv.id, agent=agent, author=agent_identity(agent))
 
     def run_tools(self, conv: Conversation, calls: list[dict[str, Any]]) -> None:
         tools = self.tools_for(conv)
@@ -251,6 +271,7 @@ class Runner:
         seq = last.seq if last is not None else 0
         text = self.final_text(conv)
         meta = {"event": seq, "created": now(), "success": success}
+        self.commit_edits(conv)
         if self.on_finish is not None:
             self.on_finish(self, conv, success, text)
         # result.md last: it marks the run as reported (state idle).

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class State(str, Enum):
+class State(StrEnum):
     EMPTY = "empty"
     ONBOARDING = "onboarding"
     WAITING = "waiting"
@@ -33,9 +33,6 @@ class State(str, Enum):
     IDLE = "idle"
     KILLED = "killed"
     FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 AGENT_ACTS = frozenset({State.ONBOARDING, State.RUNNING, State.FINISHING})

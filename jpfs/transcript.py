@@ -33,7 +33,12 @@ def render_event(ev: Event) -> str:
 
 def markdown(conv: Conversation, last: int | None = None) -> str:
     info = tree.info(conv)
-    out = [f"# {info.title or conv.id}", "", f"id: {conv.id} · agent: {info.agent} · state: {info.status}", ""]
+    out = [
+        f"# {info.title or conv.id}",
+        "",
+        f"id: {conv.id} · agent: {info.agent} · state: {info.status}",
+        "",
+    ]
     if last is None:
         for name, heading in ((TASK, "Task"), (QUESTIONS, "Questions"), (ANSWERS, "Answers")):
             text = conv.read(name)

@@ -67,7 +67,9 @@ def snapshot(conv: Conversation, meta: dict[str, Any] | None = None) -> Snapshot
         rmeta, _ = frontmatter.read(result_path)
         result_event = int(rmeta.get("event", 0))
     cfg = meta.get("config", {})
-    onboarding = bool(cfg.get("onboarding", {}).get("enabled", False)) if isinstance(cfg, dict) else False
+    onboarding = (
+        bool(cfg.get("onboarding", {}).get("enabled", False)) if isinstance(cfg, dict) else False
+    )
     return Snapshot(
         has_task=(conv.path / TASK).is_file(),
         onboarding=onboarding,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import http.server
 import itertools
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -331,7 +332,8 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # ... and a client that hung up mid-answer (a cancelled request) is not an
         # error worth a traceback on stderr.
-        pass
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -390,6 +392,8 @@ class MessagesServer:
         self._requests: list[RecordedRequest] = []
         self._stopping = threading.Event()
         self.responder: Responder | None = None
+        # Exceptions the responder raised, for tests that want to re-raise them.
+        self.errors: list[Exception] = []
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self._thread: threading.Thread | None = None
@@ -449,7 +453,13 @@ class MessagesServer:
         elif request.json is None:
             answer = error_reply(400, "messages_server: request body is not a JSON object")
         elif self.responder is not None:
-            answer = self.responder(request.json)
+            try:
+                answer = self.responder(request.json)
+            except Exception as exc:
+                # Surfaces in the test as a ProviderError naming the bug (400: no retry).
+                with self._lock:
+                    self.errors.append(exc)
+                answer = error_reply(400, f"messages_server: responder raised {exc!r}")
         else:
             answer = error_reply(400, "messages_server: no scripted response left")
         return answer if isinstance(answer, Response) else Response(body=answer)

@@ -487,11 +487,13 @@ def test_user_git_commits_interleave_with_jpfs(repo: Path) -> None:
     errors: list[BaseException] = []
 
     def run_git_until_ok(*args: str) -> None:
-        # A real user retries when git reports index.lock busy or a ref race.
+        # A real user retries when git reports index.lock busy or a ref race. The pause
+        # matters: a failed `git commit` has already written back the index it read
+        # before locking, and jpfs needs a few ms to heal it (see the module docstring).
         deadline = time.monotonic() + 30
         while subprocess.run(["git", *args], cwd=repo, capture_output=True).returncode:
             assert time.monotonic() < deadline, f"git {args} kept failing"
-            time.sleep(0.005)
+            time.sleep(0.05)
 
     def user() -> None:
         try:

@@ -31,7 +31,9 @@ text = "WORKED ON: {{input}}"
 
 
 def events_of(ws: Path, conv_id: str) -> list[str]:
-    return [e.event for e in reversed(log(ws, "conversations", conv_id)) if e.conversation == conv_id]
+    return [
+        e.event for e in reversed(log(ws, "conversations", conv_id)) if e.conversation == conv_id
+    ]
 
 
 def test_two_rounds_answered_by_a_human_editing_answers_md(ws: Path, cli) -> None:
@@ -133,7 +135,9 @@ enabled = true
         if content.startswith("<questions"):
             child = content.split('"')[1]
             state["child"] = child
-            return tool_use_reply(("jp_query", {"id": child, "config": "helper", "query": "app.py"}))
+            return tool_use_reply(
+                ("jp_query", {"id": child, "config": "helper", "query": "app.py"})
+            )
         return text_reply("LEAD got " + content)
 
     api_env.responder = Router().on_system("HELPER", helper).on_system("LEAD", lead)
@@ -182,7 +186,9 @@ def test_batch_onboarding_forks_three_children(ws: Path, cli, tmp_path: Path) ->
     assert len([b for b in blocks if b.strip()]) == 3
     for letter in "ABC":
         assert f"## Your task\n\nPort module {letter}" in done.stdout
-    children = [c for c in (ws / "conversations" / template_id).iterdir() if c.name.startswith("c-")]
+    children = [
+        c for c in (ws / "conversations" / template_id).iterdir() if c.name.startswith("c-")
+    ]
     assert len(children) == 3
     for child in children:
         conv = Conversation(ws / "conversations", f"{template_id}/{child.name}")

@@ -94,6 +94,22 @@ def test_large_prompt_does_not_deadlock() -> None:
     assert big in reply.text
 
 
+def test_large_prompt_to_a_slow_reader() -> None:
+    """The child reads its input only after a while: the rest of the prompt must still
+    arrive (``communicate(timeout=...)`` in a loop would stop writing it)."""
+    big = "y" * 1_000_000
+    script = "import sys, time; time.sleep(0.3); print(len(sys.stdin.read()))"
+    req = request(system="", messages=[{"role": "user", "content": big}])
+    reply = complete(CommandProvider([PY, "-c", script]), req)
+    assert reply.text == str(len(render_prompt(req)))
+
+
+def test_child_that_ignores_its_input() -> None:
+    big = "z" * 1_000_000
+    p = CommandProvider([PY, "-c", "print('ignored')"])
+    assert complete(p, request(messages=[{"role": "user", "content": big}])).text == "ignored"
+
+
 def test_environment_and_model() -> None:
     script = "import os; print(os.environ['JPFS_MODEL'], os.environ['EXTRA'], os.environ['HOME'])"
     p = CommandProvider([PY, "-c", script], env={"EXTRA": "yes"})

@@ -148,14 +148,21 @@ def test_jp_query_refuses_out_of_scope_ids_overrides_and_profiles(ws: Path, api_
     calls = [
         ("jp_query", {"config": "child", "query": "x", "id": "sibling"}),
         ("jp_query", {"config": "child", "query": "x", "id": "../sibling"}),
-        ("jp_query", {"config": "child", "query": "x", "overrides": ["tools.allow=['fs_write_file']"]}),
+        (
+            "jp_query",
+            {"config": "child", "query": "x", "overrides": ["tools.allow=['fs_write_file']"]},
+        ),
         ("jp_query", {"config": "main", "query": "x"}),
         ("jp_query", {"config": "child", "query": "x", "id": "/etc"}),
         ("jp_conversation_print", {"id": "sibling"}),
     ]
     main = Router().on_system("MAIN", tool_use_reply(*calls), text_reply("MAIN done"))
     api_env.responder = main
-    write_profile(ws, "main", MAIN.replace('"jp_conversation_list"]', '"jp_conversation_list", "jp_conversation_print"]'))
+    write_profile(
+        ws,
+        "main",
+        MAIN.replace('"jp_conversation_list"]', '"jp_conversation_list", "jp_conversation_print"]'),
+    )
     result = query(open_workspace(ws), "go", agent="main")
     assert result.state is State.IDLE
     conv = Conversation(w.conv_root, result.conversation)
@@ -212,7 +219,11 @@ text = "done"
     runner.work_step(conv)  # model turn with two tool calls
     events = conv.events()
     call = events[-1].tool_calls[0]
-    conv.append_event("tool", "partial", {"tool_call_id": call["id"], "tool_name": call["name"], "is_error": False})
+    conv.append_event(
+        "tool",
+        "partial",
+        {"tool_call_id": call["id"], "tool_name": call["name"], "is_error": False},
+    )
     state = Runner(w).run("r")
     assert state is State.IDLE
     roles = [e.role for e in conv.events()]

@@ -59,7 +59,6 @@ def run(fn: Callable[[], int | None]) -> int:
             fh.write(f"--- {dt.datetime.now().isoformat()} jpfs {' '.join(sys.argv[1:])}\n")
             fh.write(traceback.format_exc())
         sys.stderr.write(
-            f"jpfs: internal error (a bug in jpfs); the traceback is in {path}."
-            " Please report it.\n"
+            f"jpfs: internal error (a bug in jpfs); the traceback is in {path}. Please report it.\n"
         )
         return 3

@@ -8,17 +8,22 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli import coercion, error_handler
+from jpfs.cli import error_handler, startup
+from jpfs.cli.commands import branches as branches_cmd
 from jpfs.cli.commands import config as config_cmd
 from jpfs.cli.commands import conversation as conversation_cmd
+from jpfs.cli.commands import daemon as daemon_cmd
 from jpfs.cli.commands import history as history_cmd
 from jpfs.cli.commands import init as init_cmd
+from jpfs.cli.commands import lifecycle as lifecycle_cmd
+from jpfs.cli.commands import mail as mail_cmd
 from jpfs.cli.commands import mcp as mcp_cmd
 from jpfs.cli.commands import onboard as onboard_cmd
 from jpfs.cli.commands import query as query_cmd
+from jpfs.cli.commands import tree as tree_cmd
 from jpfs.cli.context import state
 
-coercion.install()  # before any command runs: keeps pydantic out of start-up
+startup.install()  # before any command runs: keeps pydantic out of start-up
 
 app = typer.Typer(
     name="jpfs",
@@ -53,11 +58,19 @@ history_cmd.register(app)
 query_cmd.register(app)
 mcp_cmd.register(app)
 onboard_cmd.register(app)
+branches_cmd.register(app)
+daemon_cmd.register(app)
+tree_cmd.register(app)
+mail_cmd.register(app)
+lifecycle_cmd.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    code = error_handler.run(lambda: app(args=args, prog_name="jpfs", standalone_mode=False))
+    # startup.only: typer builds every command it is given; give it the invoked one.
+    code = error_handler.run(
+        lambda: startup.only(app, args)(args=args, prog_name="jpfs", standalone_mode=False)
+    )
     return code if isinstance(code, int) else 0
 
 

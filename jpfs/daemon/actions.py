@@ -20,7 +20,7 @@ from jpfs.errors import FormatError, ProfileError
 from jpfs.providers.base import Cancelled, Reply, Request
 from jpfs.runtime import Runner
 from jpfs.scope import CONVERSATION_TOML, TASK
-from jpfs.state import AGENT_ACTS, State
+from jpfs.state import AGENT_ACTS, State, derive
 from jpfs.workspace import Workspace
 
 log = logging.getLogger("jpfs.daemon")
@@ -48,7 +48,7 @@ def needs(conv: Conversation) -> Verdict:
         meta = conv.meta()
         if "config" not in meta:
             return Verdict(Need.ADOPT)
-        state = tree.derive(tree.snapshot(conv, meta))
+        state = derive(tree.snapshot(conv, meta))
     except FormatError as exc:
         return Verdict(Need.BROKEN, reason=str(exc))
     if state in AGENT_ACTS:

@@ -164,7 +164,7 @@ def expand(ws: Workspace, head: Head, rel: str) -> list[str]:
             cut = len(ws.conv_root_rel) + 1
             return [p[cut:] for p in tracked]
         return [rel]
-    out = set()
+    out: set[str] = set()
     for top, dirs, files in os.walk(full):
         dirs[:] = [d for d in dirs if d != ".git"]
         base = Path(top).relative_to(ws.conv_root).as_posix()
@@ -190,8 +190,6 @@ def commit_edits(ws: Workspace, conv_id: str, rels: list[str]) -> str | None:
     paths = [f"{ws.conv_root_rel}/{rel}" for rel in sorted(rels)]
     shown = ", ".join(sorted(inners)[:3]) + (f" (+{len(inners) - 3})" if len(inners) > 3 else "")
     if not conv_id:
-        return ws.commit(
-            Change(tuple(paths), f"jpfs: edit {shown}", (("Jpfs-Event", "edit"),))
-        )
+        return ws.commit(Change(tuple(paths), f"jpfs: edit {shown}", (("Jpfs-Event", "edit"),)))
     note = shown if event == "edit" else None
     return record.commit(ws, conv_id, event, paths=paths, note=note)

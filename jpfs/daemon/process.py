@@ -1,12 +1,12 @@
 """The daemon as a process: one per workspace, its files, detaching, signals.
 
-    .jpfs/local/daemon.lock    flock held by the running daemon for its whole life; the
-                               kernel drops it however the process dies, so a stale pid
-                               file never blocks a start
-    .jpfs/local/daemon.pid     the pid (informational; the lock is the truth)
-    .jpfs/local/daemon.json    status, rewritten about once a second while running
-    .jpfs/local/daemon.log     the log (rotated)
-    .jpfs/local/daemon.out     stdout/stderr of a detached daemon (crashes before logging)
+.jpfs/local/daemon.lock    flock held by the running daemon for its whole life; the
+                           kernel drops it however the process dies, so a stale pid
+                           file never blocks a start
+.jpfs/local/daemon.pid     the pid (informational; the lock is the truth)
+.jpfs/local/daemon.json    status, rewritten about once a second while running
+.jpfs/local/daemon.log     the log (rotated)
+.jpfs/local/daemon.out     stdout/stderr of a detached daemon (crashes before logging)
 """
 
 from __future__ import annotations
@@ -198,8 +198,7 @@ def spawn(ws: Workspace, cfg: Sequence[str], *, timeout: float = 30.0) -> int:
             return proc.pid
         pause.wait(0.02)
     raise DaemonError(
-        f"the daemon (pid {proc.pid}) did not report ready within {timeout:.0f}s;"
-        f" see {files.log}"
+        f"the daemon (pid {proc.pid}) did not report ready within {timeout:.0f}s; see {files.log}"
     )
 
 
@@ -222,9 +221,9 @@ def stop(ws: Workspace, *, timeout: float = 60.0, force: bool = False) -> int | 
         return None
     _signal(pid, signal.SIGTERM)
     if force:
-        # A second signal: interrupt the steps in flight instead of letting them finish.
-        time.sleep(0.05)
-        _signal(pid, signal.SIGTERM)
+        # A second signal interrupts the steps in flight. A different signal, because two
+        # pending SIGTERMs would merge into one.
+        _signal(pid, signal.SIGINT)
     deadline = time.monotonic() + timeout
     pause = threading.Event()
     while is_running(files):

@@ -236,15 +236,17 @@ class Reconciler:
     def commit_edits(self, paths: set[str]) -> None:
         assert self.head is not None
         self.head.refresh()
-        groups: dict[str, list[str]] = {}
+        groups: dict[str, set[str]] = {}
         for path in paths:
             for rel in edits.expand(self.ws, self.head, path):
                 if edits.differs(self.ws, self.head, rel):
-                    groups.setdefault(edits.conv_of(rel)[0], []).append(rel)
-        for conv_id, rels in sorted(groups.items()):
+                    groups.setdefault(edits.conv_of(rel)[0], set()).add(rel)
+        for conv_id, found in sorted(groups.items()):
+            rels = sorted(found)
             sha = edits.commit_edits(self.ws, conv_id, rels)
             if sha:
-                log.info("%s: committed the user's edit of %s", conv_id or "(root)", ", ".join(rels))
+                shown = ", ".join(rels)
+                log.info("%s: committed the user's edit of %s", conv_id or "(root)", shown)
 
     def forget(self, conv_id: str) -> None:
         for path in self.touched.pop(conv_id, set()):
@@ -273,7 +275,8 @@ class Reconciler:
             del self.seen[gone]
         self.scans += 1
         self.next_scan = time.monotonic() + self.scan_interval
-        log.debug("scan: %d of %d looked at in %.3fs", looked, len(live), time.monotonic() - started)
+        took = time.monotonic() - started
+        log.debug("scan: looked at %d of %d in %.3fs", looked, len(live), took)
 
     def scan_under(self, conv_id: str) -> None:
         """A directory appeared: its files may predate the watch on it."""
@@ -295,6 +298,7 @@ class Reconciler:
 
     def recover(self, subject: str) -> None:
         """Commit whatever differs from HEAD under the root (crash, lost events)."""
-        sha = self.ws.committer.commit_pending(subject=subject, trailers=(("Jpfs-Event", "recover"),))
+        trailers = (("Jpfs-Event", "recover"),)
+        sha = self.ws.committer.commit_pending(subject=subject, trailers=trailers)
         if sha:
             log.info("committed uncommitted files found under the conversation root (%s)", sha[:12])

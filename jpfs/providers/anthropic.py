@@ -162,13 +162,13 @@ class AnthropicProvider:
         self, params: JsonDict, timeout: float, cancel: threading.Event
     ) -> Reply | _Failure:
         connections = _Connections()
-        client, http = self._attempt_client(connections, timeout)
+        client, http, http_timeout = self._attempt_client(connections, timeout)
         box: dict[str, Any] = {}
         done = threading.Event()
 
         def work() -> None:
             try:
-                raw = client.messages.with_raw_response.create(**params)
+                raw = client.messages.with_raw_response.create(**params, timeout=http_timeout)
                 box["response"] = raw.http_response
             except BaseException as exc:  # handed over to the calling thread
                 box["error"] = exc
@@ -195,9 +195,12 @@ class AnthropicProvider:
 
     def _attempt_client(
         self, connections: _Connections, timeout: float
-    ) -> tuple[anthropic.Anthropic, httpx2.Client]:
-        import anthropic
-        import httpx2
+    ) -> tuple[anthropic.Anthropic, httpx2.Client, httpx2.Timeout]:
+        try:
+            import anthropic
+            import httpx2
+        except ImportError as exc:
+            raise ProviderError(f"the anthropic package is not installed ({exc})") from exc
 
         with self._init_lock:
             if self._client is None:
@@ -218,7 +221,7 @@ class AnthropicProvider:
             timeout=http_timeout,
             event_hooks={"request": [connections.on_request]},
         )
-        return base.with_options(http_client=http, timeout=http_timeout, max_retries=0), http
+        return base.with_options(http_client=http, max_retries=0), http, http_timeout
 
 
 def _request_params(request: Request) -> JsonDict:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jpfs.errors import ProfileError, ProviderError
@@ -21,6 +22,8 @@ from jpfs.providers.base import Cancelled, Reply, Request, Usage
 
 # How often the waiting caller looks at the cancel flag and the deadline.
 _POLL_SECONDS = 0.05
+_READ_CHUNK = 65536
+_WRITE_CHUNK = 65536
 _STDERR_TAIL_LINES = 3
 _STDERR_TAIL_CHARS = 300
 
@@ -74,26 +77,25 @@ class CommandProvider:
             raise ProviderError(f"cannot run command {name}: {exc.strerror or exc}") from exc
 
         deadline = time.monotonic() + timeout
-        pending_input: bytes | None = prompt
+
+        def check() -> None:
+            if cancel.is_set():
+                raise Cancelled("cancelled")
+            if time.monotonic() >= deadline:
+                raise ProviderError(f"command {name} timed out after {timeout:g} s")
+
         try:
+            out, err = _exchange(proc, prompt, check)
             while True:
                 try:
-                    # Calling again after TimeoutExpired loses no input or output (the
-                    # input is given once; the rest is sent on the next calls); the short
-                    # timeout is what lets us notice a cancel.
-                    out, err = proc.communicate(pending_input, timeout=_POLL_SECONDS)
+                    proc.wait(timeout=_POLL_SECONDS)
                     break
                 except subprocess.TimeoutExpired:
-                    pending_input = None
-                if cancel.is_set():
-                    _kill(proc)
-                    raise Cancelled("cancelled")
-                if time.monotonic() >= deadline:
-                    _kill(proc)
-                    raise ProviderError(f"command {name} timed out after {timeout:g} s")
+                    check()
         except BaseException:
             _kill(proc)
             raise
+        _close_pipes(proc)
 
         if proc.returncode != 0:
             raise ProviderError(f"command {name} {_exit_status(proc.returncode)}{_tail(err)}")
@@ -103,6 +105,51 @@ class CommandProvider:
             model=request.model,
             stop_reason="end_turn",
         )
+
+
+def _exchange(
+    proc: subprocess.Popen[bytes], data: bytes, check: Callable[[], None]
+) -> tuple[bytes, bytes]:
+    """Feed ``data`` to stdin and collect stdout and stderr until both are closed, calling
+    ``check`` at least every poll interval (it raises to stop).
+
+    Not ``communicate(timeout=...)``: once that has timed out it never writes the rest
+    of the input (CPython registers stdin only when called with input, and refuses input
+    on a second call), so a long prompt would leave the child waiting forever.
+    """
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    view = memoryview(data)
+    sent = 0
+    with selectors.DefaultSelector() as selector:
+        if data:
+            os.set_blocking(proc.stdin.fileno(), False)
+            selector.register(proc.stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        selector.register(proc.stderr, selectors.EVENT_READ)
+        while selector.get_map():
+            check()
+            for key, _ in selector.select(_POLL_SECONDS):
+                pipe = key.fileobj
+                if pipe is proc.stdin:
+                    try:
+                        sent += os.write(key.fd, view[sent : sent + _WRITE_CHUNK])
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        sent = len(view)  # the child does not read its input; fine
+                    if sent >= len(view):
+                        selector.unregister(pipe)
+                        proc.stdin.close()
+                else:
+                    chunk = os.read(key.fd, _READ_CHUNK)
+                    if chunk:
+                        chunks[key.fd].append(chunk)
+                    else:
+                        selector.unregister(pipe)
+    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -117,8 +164,12 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=1.0)
     except subprocess.TimeoutExpired:
         pass  # unkillable (stuck in the kernel); nothing more we can do
-    # Close our pipe ends ourselves: a grandchild that left the group may still hold
-    # the other ends, and communicate() would wait for it.
+    _close_pipes(proc)
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    # Closed here rather than drained: a grandchild that left the group may still hold
+    # the other ends open.
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
             try:

@@ -123,7 +123,9 @@ class ScriptProvider:
         for n, call in enumerate(entry.get("tool_calls", [])):
             seed = f"{values['conversation']}|{len(messages)}|{n}|{call.get('name')}"
             call_id = "toolu_" + hashlib.sha1(seed.encode()).hexdigest()[:20]
-            calls.append(ToolCall(call_id, str(call["name"]), _fill(dict(call.get("input", {})), values)))
+            calls.append(
+                ToolCall(call_id, str(call["name"]), _fill(dict(call.get("input", {})), values))
+            )
         usage = Usage(usage.input_tokens, len(text) // 4 + 1)
         stop = "tool_use" if calls else "end_turn"
         return Reply(text, tuple(calls), usage, request.model, stop)
@@ -142,6 +144,9 @@ class ScriptProvider:
             args: JsonDict = {"assumptions": assumptions, "note": str(entry.get("note", ""))}
             call = ToolCall(f"toolu_ready_{round_no}", "start_work", args)
         else:
-            args = {"questions": list(_fill(entry["questions"], values)), "assumptions": assumptions}
+            args = {
+                "questions": list(_fill(entry["questions"], values)),
+                "assumptions": assumptions,
+            }
             call = ToolCall(f"toolu_ask_{round_no}", "ask_caller", args)
         return Reply("", (call,), usage, request.model, "tool_use")

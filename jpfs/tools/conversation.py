@@ -48,7 +48,9 @@ def check_limits(ctx: ToolContext, config: Mapping[str, Any]) -> None:
     limits = config.get("limits", {})
     ws = _ws(ctx)
     max_children = int(limits.get("max_children", 8))
-    existing = [c for c in tree.walk(ws.conv_root, ctx.conversation) if ids.parent(c) == ctx.conversation]
+    existing = [
+        c for c in tree.walk(ws.conv_root, ctx.conversation) if ids.parent(c) == ctx.conversation
+    ]
     if len(existing) >= max_children:
         raise LimitError(
             f"max_children reached: {ctx.conversation!r} already has {len(existing)} children"
@@ -81,7 +83,9 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
         call_id = str(ctx.services.get("call_id", ""))
         existing = find_child_for_call(ws.conv_root, ctx.conversation, call_id)
         if existing is not None:
-            return str(query(ws, None, conv_id=existing, within=ctx.conversation, runner=runner).wrapped())
+            return str(
+                query(ws, None, conv_id=existing, within=ctx.conversation, runner=runner).wrapped()
+            )
         check_limits(ctx, config)
         try:
             result = query(
@@ -97,7 +101,7 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
             raise ToolError(str(exc)) from exc
         return result.wrapped()
     if overrides:
-        raise ToolError("overrides apply only when creating a conversation (id=\"new\")")
+        raise ToolError('overrides apply only when creating a conversation (id="new")')
     result = query(ws, text, conv_id=target, within=ctx.conversation, runner=runner)
     return result.wrapped()
 
@@ -106,7 +110,11 @@ def jp_conversation_list(ctx: ToolContext, args: JsonDict) -> str:
     ws = _ws(ctx)
     items = tree.listing(ws.conv_root, ctx.conversation or None, include_hidden=True)
     rows = [
-        {k: v for k, v in i.to_json().items() if k in ("id", "title", "agent", "status", "events_count")}
+        {
+            k: v
+            for k, v in i.to_json().items()
+            if k in ("id", "title", "agent", "status", "events_count")
+        }
         for i in items
     ]
     return json.dumps(rows, indent=1) if rows else "[] (no sub-conversations yet)"
@@ -162,7 +170,7 @@ def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]
             "config": {
                 "type": "string",
                 "enum": agents,
-                "description": "The sub-agent profile to start (only with id=\"new\").",
+                "description": 'The sub-agent profile to start (only with id="new").',
             },
             "query": {
                 "type": "string",
@@ -171,7 +179,7 @@ def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]
             },
             "id": {
                 "type": "string",
-                "description": "\"new\" (default) to start a sub-agent, or the conversation_id"
+                "description": '"new" (default) to start a sub-agent, or the conversation_id'
                 " of one of your sub-conversations to continue it or answer its questions.",
                 "default": "new",
             },
@@ -210,7 +218,11 @@ def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]
                 "type": "object",
                 "properties": {
                     "id": {"type": "string", "description": "A descendant's conversation_id."},
-                    "last": {"type": "integer", "minimum": 1, "description": "Only the last N events."},
+                    "last": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "Only the last N events.",
+                    },
                 },
                 "required": ["id"],
                 "additionalProperties": False,

@@ -12,11 +12,13 @@ from jpfs.tools.base import Tool
 
 def catalog(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[str, Tool]:
     """Every tool that could exist for this configuration (before the allow list)."""
-    from jpfs.tools import command, conversation, fs
+    from jpfs.tools import branches, command, conversation, fs, lifecycle
 
     tools: dict[str, Tool] = {}
     tools.update(conversation.build(config, agents_dir))
+    tools.update(lifecycle.build(config))
     tools.update(fs.FS_TOOLS)
+    tools.update(branches.TOOLS)
     for spec in command.parse_command_tools(config.get("tools", {})):
         tools[spec.name] = command.make_command_tool(spec)
     return tools

@@ -123,7 +123,9 @@ def grep(
     root: Annotated[str | None, typer.Option("--root", help="Search below ID.")] = None,
     root_id: RootId = None,
     ignore_case: Annotated[bool, typer.Option("-i", "--ignore-case")] = False,
-    regex: Annotated[bool, typer.Option("--regex", help="PATTERN is a regular expression.")] = False,
+    regex: Annotated[
+        bool, typer.Option("--regex", help="PATTERN is a regular expression.")
+    ] = False,
     hidden: Annotated[bool, typer.Option("--hidden")] = False,
     fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
 ) -> None:

@@ -30,14 +30,20 @@ def log(
 
 
 def gc() -> None:
-    """Remove expired temporary conversations (never the active one)."""
-    from jpfs import lifecycle
+    """Remove expired temporary conversations (never the active one) and the worktrees
+    of killed, discarded or merged branch conversations."""
+    from jpfs import lifecycle, worktrees
 
     removed, kept = lifecycle.gc(state.ws())
     for conv_id in removed:
         out(f"removed {conv_id}")
     for conv_id in kept:
         note(f"kept {conv_id} (expired but active)")
+    report = worktrees.gc(state.ws())
+    for what, why in report.removed:
+        out(f"removed worktree {what} ({why})")
+    for what, why in report.kept:
+        note(f"kept worktree {what} ({why})")
 
 
 def register(app: typer.Typer) -> None:

@@ -45,7 +45,9 @@ def onboard(
         items = parse_tasks(tasks.read_text(encoding="utf-8"))
         if not items:
             raise ConfigError(f"{tasks}: no tasks found")
-        handle = api.onboard(agent, api.batch_context(items), workspace_dir=ws, tasks=items, progress=note)
+        handle = api.onboard(
+            agent, api.batch_context(items), workspace_dir=ws, tasks=items, progress=note
+        )
         conv_id = handle.conversation
         result_state = State.IDLE if handle.ready else State.WAITING
     else:

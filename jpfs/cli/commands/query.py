@@ -24,12 +24,18 @@ def read_query(text: str | None) -> str:
 
 
 def query(
-    text: Annotated[str | None, typer.Argument(metavar="QUERY", help="The query; - or absent: stdin.")] = None,
+    text: Annotated[
+        str | None, typer.Argument(metavar="QUERY", help="The query; - or absent: stdin.")
+    ] = None,
     conv_id: Annotated[str | None, typer.Option("--id", help="Continue this conversation.")] = None,
     new: Annotated[bool, typer.Option("--new", help="Start a new conversation.")] = False,
-    agent: Annotated[str | None, typer.Option("--agent", help="Profile for a new conversation.")] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Profile for a new conversation.")
+    ] = None,
     root_id: RootId = None,
-    cfg: Annotated[list[str] | None, typer.Option("--cfg", help="Config layer (see jpfs --help).")] = None,
+    cfg: Annotated[
+        list[str] | None, typer.Option("--cfg", help="Config layer (see jpfs --help).")
+    ] = None,
     hidden: Annotated[bool, typer.Option("--hidden")] = False,
     tmp: Annotated[str | None, typer.Option("--tmp", help="Expire after DURATION.")] = None,
     no_activate: Annotated[bool, typer.Option("--no-activate")] = False,
@@ -107,7 +113,9 @@ def edit_answer(questions: str) -> str:
     if not editor:
         return sys.stdin.read()
     with tempfile.NamedTemporaryFile("w+", suffix=".md", delete=False, encoding="utf-8") as fh:
-        fh.write(ANSWER_TEMPLATE.format(questions="\n".join(f"> {q}" for q in questions.splitlines())))
+        fh.write(
+            ANSWER_TEMPLATE.format(questions="\n".join(f"> {q}" for q in questions.splitlines()))
+        )
         path = fh.name
     try:
         import shlex
@@ -128,7 +136,9 @@ def edit_answer(questions: str) -> str:
 def answer(
     conv_id: str,
     text: Annotated[str | None, typer.Argument(metavar="[TEXT]")] = None,
-    run: Annotated[bool, typer.Option("--run/--no-run", help="Run the agent after answering.")] = False,
+    run: Annotated[
+        bool, typer.Option("--run/--no-run", help="Run the agent after answering.")
+    ] = False,
     root_id: RootId = None,
 ) -> None:
     """Answer a conversation's open questions (opens $EDITOR when TEXT is absent)."""

@@ -1,0 +1,269 @@
+"""Benchmark the agent runtime's own overhead with a zero-latency scripted provider.
+
+Usage: python bench/bench_runtime.py [--quick] [--runs N] [--cli-runs N] [--fanout-runs N]
+                                     [--children K]
+
+The ``zero`` profile answers with one text turn, instantly, onboarding off, so
+everything measured is jpfs: creating the conversation, the runner's steps and the
+commits each step makes.
+
+* (a) in process: ``jpfs.query.query(ws, "hi", agent="zero")`` per call (median, p99;
+  target: under 50 ms), split into create (the conversation and its first commit)
+  and run (the runner's steps), and the time spent inside ``Committer.commit``;
+* (b) the same through a subprocess:
+  ``jpfs query --new --agent zero --non-interactive hi``, and the ratio (b)/(a);
+* fan-out: a parent whose one scripted turn calls ``jp_query`` K=8 times (the
+  children run in parallel threads), total time against K sequential (a) calls.
+
+``main(argv)`` returns the numbers as a dict for ``python -m bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    Stats,
+    add_profile,
+    git,
+    jpfs_argv,
+    make_workspace,
+    measure,
+    measure_command,
+    ms,
+    pin_environment,
+    print_table,
+    ratio,
+    temp_dir,
+    use_bytecode_cache,
+)
+
+TARGET_S = 0.050
+
+ZERO = """\
+# Zero-latency scripted agent: one instant text turn. For benchmarks.
+model = "script-zero"
+provider = "script"
+description = "Benchmark: answers 'ok' at once."
+
+[onboarding]
+enabled = false
+
+[[script.turns]]
+text = "ok: {input}"
+"""
+
+
+def fanout_profile(children: int) -> str:
+    calls = ",\n".join(
+        f'  {{ name = "jp_query", input = {{ config = "zero", query = "part {i}" }} }}'
+        for i in range(children)
+    )
+    return f"""\
+# Scripted parent: one turn delegating to {children} zero children at once. For benchmarks.
+model = "script-fanout"
+provider = "script"
+description = "Benchmark: delegates to {children} children in one turn."
+
+[tools]
+allow = ["jp_query"]
+agents = ["zero"]
+
+[limits]
+max_children = {children}
+
+[onboarding]
+enabled = false
+
+[[script.turns]]
+text = "Delegating."
+tool_calls = [
+{calls},
+]
+
+[[script.turns]]
+text = "Done.\\n{{results}}"
+"""
+
+
+class Timer:
+    """Accumulates the time spent inside a wrapped callable, and its calls."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+                self.calls += 1
+
+        return timed
+
+
+def bench_in_process(ws_root: Path, runs: int) -> dict[str, Any]:
+    from jpfs import lifecycle
+    from jpfs.query import query
+    from jpfs.runtime import Runner
+    from jpfs.state import State
+    from jpfs.workspace import open_workspace
+
+    ws = open_workspace(ws_root, search=False)
+    runner = Runner(ws)
+    create, run, commit = Timer(), Timer(), Timer()
+    # Instrumented for the breakdown only; the wrappers cost microseconds.
+    ws.committer.commit = commit.wrap(ws.committer.commit)  # type: ignore[method-assign]
+    runner.run_locked = run.wrap(runner.run_locked)  # type: ignore[method-assign]
+    original = lifecycle.new_conversation
+    lifecycle.new_conversation = create.wrap(original)  # type: ignore[assignment]
+    try:
+
+        def one() -> None:
+            outcome = query(ws, "hi", agent="zero", runner=runner)
+            if outcome.state is not State.IDLE or outcome.text.strip() != "ok: hi":
+                raise RuntimeError(f"unexpected outcome {outcome}")
+
+        warmup = 3
+        stats = measure(one, repeat=runs, warmup=warmup)
+    finally:
+        lifecycle.new_conversation = original  # type: ignore[assignment]
+    n = runs + warmup
+    breakdown = {
+        "create_s": create.seconds / n,
+        "run_s": run.seconds / n,
+        "commit_s": commit.seconds / n,
+        "commits_per_query": commit.calls / n,
+    }
+    return {"stats": stats, **breakdown}
+
+
+def bench_subprocess(ws_root: Path, runs: int) -> tuple[Stats, Stats]:
+    argv = jpfs_argv("query", "--new", "--agent", "zero", "--non-interactive", "hi")
+    out = measure_command(argv, ws_root, repeat=runs).samples
+    helps = measure_command(jpfs_argv("--help"), ws_root, repeat=runs)
+    return Stats(out), helps
+
+
+def bench_fanout(ws_root: Path, runs: int, children: int) -> tuple[Stats, int]:
+    from jpfs.query import query
+    from jpfs.state import State
+    from jpfs.workspace import open_workspace
+
+    ws = open_workspace(ws_root, search=False)
+    before = int(git(ws_root, "rev-list", "--count", "HEAD"))
+
+    def one() -> None:
+        outcome = query(ws, "go", agent="fanout")
+        if outcome.state is not State.IDLE or outcome.text.count("<response") != children:
+            raise RuntimeError(f"unexpected fan-out outcome {outcome.state}: {outcome.text[:200]}")
+
+    stats = measure(one, repeat=runs, warmup=1)
+    commits = (int(git(ws_root, "rev-list", "--count", "HEAD")) - before) // (runs + 1)
+    return stats, commits
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs")
+    parser.add_argument("--runs", type=int, help="in-process queries timed (default 50)")
+    parser.add_argument("--cli-runs", type=int, help="subprocess queries timed (default 20)")
+    parser.add_argument("--fanout-runs", type=int, help="fan-out parents timed (default 10)")
+    parser.add_argument("--children", type=int, default=8, help="children per fan-out")
+    args = parser.parse_args(argv)
+    runs = args.runs or (20 if args.quick else 50)
+    cli_runs = args.cli_runs or (5 if args.quick else 20)
+    fanout_runs = args.fanout_runs or (3 if args.quick else 10)
+    pin_environment()
+    with temp_dir() as tmp:
+        use_bytecode_cache(tmp / "pycache")
+        ws = make_workspace(tmp / "ws")
+        add_profile(ws, "zero", ZERO)
+        add_profile(ws, "fanout", fanout_profile(args.children))
+        git(ws, "add", "-A")
+        git(ws, "commit", "-q", "-m", "bench profiles")
+        a = bench_in_process(ws, runs)
+        b, helps = bench_subprocess(ws, cli_runs)
+        fan, fan_commits = bench_fanout(ws, fanout_runs, args.children)
+
+    sa: Stats = a["stats"]
+    ok = "ok" if sa.median < TARGET_S else "MISSED"
+    print_table(
+        f"one zero-latency sub-agent per query ({runs} in-process runs, {cli_runs} subprocess"
+        f" runs; target: (a) < {TARGET_S * 1000:.0f} ms)",
+        ["what", "median", "p99", "ratio"],
+        [
+            ["(a) query(ws, 'hi', agent='zero') in process", ms(sa.median), ms(sa.p99), ok],
+            ["    create: conversation + first commit", ms(a["create_s"]), "", "(mean)"],
+            ["    run: runner steps and their commits", ms(a["run_s"]), "", "(mean)"],
+            [
+                f"    inside Committer.commit ({a['commits_per_query']:.0f} commits)",
+                ms(a["commit_s"]),
+                "",
+                "(mean)",
+            ],
+            [
+                "(b) jpfs query --new --agent zero --non-interactive hi",
+                ms(b.median),
+                ms(b.p99),
+                f"(b)/(a) {ratio(b.median, sa.median)}",
+            ],
+            ["    for reference: jpfs --help (start-up only)", ms(helps.median), ms(helps.p99), ""],
+        ],
+    )
+    sequential = args.children * sa.median
+    print_table(
+        f"fan-out: a parent delegating to {args.children} children in one turn"
+        f" (median of {fanout_runs})",
+        ["what", "median", "p99", "vs sequential"],
+        [
+            [
+                f"{args.children} x (a), sequential  (baseline)",
+                ms(sequential),
+                "",
+                "1.00x",
+            ],
+            [
+                f"parent + {args.children} children (jp_query, parallel threads)",
+                ms(fan.median),
+                ms(fan.p99),
+                ratio(fan.median, sequential),
+            ],
+            [
+                f"    per child ({fan_commits} commits per fan-out)",
+                ms(fan.median / args.children),
+                "",
+                "",
+            ],
+        ],
+    )
+    return {
+        "runs": {"in_process": runs, "subprocess": cli_runs, "fanout": fanout_runs},
+        "in_process": {**sa.to_json(), **{k: v for k, v in a.items() if k != "stats"}},
+        "subprocess": b.to_json(),
+        "jpfs_help": helps.to_json(),
+        "ratio_subprocess_vs_in_process": b.median / sa.median,
+        "target_s": TARGET_S,
+        "fanout": {
+            "children": args.children,
+            **fan.to_json(),
+            "sequential_baseline_s": sequential,
+            "ratio_vs_sequential": fan.median / sequential,
+            "commits": fan_commits,
+        },
+    }
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,117 @@
+"""``jpfs daemon start|stop|status|run``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from jpfs.cli.context import note, out, out_json, state
+
+app = typer.Typer(
+    help="The background daemon: runs agents when conversation files change.",
+    no_args_is_help=True,
+)
+
+Format = Annotated[str, typer.Option("--format", help="text or json")]
+
+
+@app.command("start")
+def start(
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the daemon to be ready.")
+    ] = 30.0,
+) -> None:
+    """Start the daemon in the background; print its pid once it is ready."""
+    from jpfs.daemon import process
+
+    ws = state.ws()
+    pid = process.spawn(ws, state.cfg, timeout=timeout)
+    note(f"daemon started for {ws.root} (log: {process.Files.of(ws).log})")
+    out(str(pid))
+
+
+@app.command("stop")
+def stop(
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the runs to stop.")
+    ] = 60.0,
+    force: Annotated[
+        bool, typer.Option("--force", help="Interrupt the steps in flight (still clean).")
+    ] = False,
+) -> None:
+    """Stop the daemon: each run finishes its current step (or is interrupted with --force)."""
+    from jpfs.daemon import process
+
+    pid = process.stop(state.ws(), timeout=timeout, force=force)
+    if pid is None:
+        note("no daemon is running for this workspace")
+        return
+    note(f"daemon {pid} stopped")
+
+
+@app.command("status")
+def status(fmt: Format = "text") -> None:
+    """Whether the daemon runs, its pid, uptime, agents running, queue and last error.
+
+    Exit status 0 when it runs, 1 when it does not (like `systemctl is-active`).
+    """
+    from jpfs.daemon import process
+
+    data = process.status(process.Files.of(state.ws()))
+    if fmt == "json":
+        out_json(data)
+    else:
+        out(render(data))
+    if not data.get("running"):
+        raise typer.Exit(1)
+
+
+def render(data: dict[str, Any]) -> str:
+    if not data.get("running"):
+        return "not running"
+    lines = [
+        f"running: pid {data['pid']}"
+        + (f", up {_duration(data['uptime'])}" if data.get("uptime") is not None else "")
+        + ("" if data.get("ready") else " (starting)")
+        + (" (stopping)" if data.get("stopping") else ""),
+        f"agents: {data.get('agents_running', 0)} of {data.get('max_agents', '?')} running,"
+        f" {data.get('queue', 0)} queued",
+    ]
+    for agent in data.get("agents") or []:
+        lines.append(
+            f"  {agent['id']}  {agent.get('agent', '')}  {_duration(agent.get('elapsed', 0))}"
+            f"  {agent.get('tokens', 0)} tokens"
+        )
+    err = data.get("last_error")
+    lines.append(f"last error: {err['time']} {err['message']}" if err else "last error: none")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds or 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+@app.command("run")
+def run(
+    detached: Annotated[bool, typer.Option("--detached", hidden=True)] = False,
+) -> None:
+    """Run the daemon in the foreground (for systemd or a terminal).
+
+    SIGTERM or Ctrl-C stops it gracefully (runs finish their current step); a second
+    signal interrupts the steps in flight.
+    """
+    from jpfs.daemon import service
+
+    code = service.serve(state.ws(), stderr=not detached)
+    if code:
+        raise typer.Exit(code)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="daemon")

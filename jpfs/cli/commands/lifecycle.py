@@ -1,0 +1,132 @@
+"""``jpfs fork``, ``jpfs kill`` and ``jpfs capture``.
+
+Started children run in a detached background process (``.jpfs/local/background.log``)
+so these commands return at once; a running daemon may pick them up instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from jpfs.cli.commands.conversation import RootId
+from jpfs.cli.context import note, out, state
+
+if TYPE_CHECKING:
+    from jpfs.workspace import Workspace
+
+NoStart = Annotated[
+    bool, typer.Option("--no-start", help="Only create it; do not run it here (a daemon will).")
+]
+
+CAPTURE_TEMPLATE = """\
+
+<!-- The task for a new sub-agent of {parent}. It starts with {parent}'s conversation
+     so far plus this text; {parent}'s own model never sees it. Save and close the
+     editor to create and start it; leave it empty to cancel. -->
+"""
+
+
+def resolve(ws: Workspace, conv_id: str, root_id: str | None) -> str:
+    from jpfs import scope
+
+    within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
+    return scope.resolve(ws.conv_root, conv_id, within=within)
+
+
+def fork(
+    parent: Annotated[str, typer.Argument(metavar="PARENT")],
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The child's task.")] = None,
+    no_start: NoStart = False,
+    root_id: RootId = None,
+) -> None:
+    """Fork PARENT: a child with its conversation so far (+ PROMPT, then started); print its id.
+
+    Without --prompt the child is created idle (when PARENT is idle); continue it with
+    `jpfs mail send` or `jpfs query --id`.
+    """
+    from jpfs import control
+
+    ws = state.ws()
+    child = control.fork(
+        ws, resolve(ws, parent, root_id), prompt, start_run=not no_start, detached=True
+    )
+    out(child)
+    note(f"forked {child}" + (" and started it" if prompt and not no_start else ""))
+
+
+def kill(
+    conv_id: Annotated[str, typer.Argument(metavar="ID")],
+    cascade: Annotated[bool, typer.Option("--cascade", help="Kill its descendants too.")] = False,
+    root_id: RootId = None,
+) -> None:
+    """Stop ID now and mark it killed (it is not resumed by accident); print the ids killed."""
+    from jpfs import control
+
+    ws = state.ws()
+    killed = control.kill(ws, resolve(ws, conv_id, root_id), cascade=cascade)
+    for cid in killed:
+        out(cid)
+    if not killed:
+        note(f"{conv_id} was already killed")
+
+
+def compose(parent: str) -> str:
+    """The task from $VISUAL/$EDITOR (comments dropped), or stdin without an editor."""
+    from jpfs.state import COMMENT_RE
+
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+    if not editor:
+        return sys.stdin.read().strip()
+    with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False, encoding="utf-8") as fh:
+        fh.write(CAPTURE_TEMPLATE.format(parent=parent))
+        path = fh.name
+    try:
+        # The editor setting is the user's own command line, split as a shell would;
+        # the file name stays a separate argv item.
+        subprocess.run([*shlex.split(editor), path], check=True)
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    finally:
+        os.unlink(path)
+    return COMMENT_RE.sub("", text).strip()
+
+
+def capture(
+    parent: Annotated[str | None, typer.Argument(metavar="[PARENT]")] = None,
+    no_start: NoStart = False,
+    root_id: RootId = None,
+) -> None:
+    """Compose a sub-agent's task in $EDITOR (or on stdin) and start it under PARENT.
+
+    PARENT defaults to the active conversation. The text goes to the new child only,
+    never to PARENT's model. An empty task cancels (exit status 1).
+    """
+    from jpfs import control, lifecycle
+
+    ws = state.ws()
+    parent = resolve(ws, parent or lifecycle.require_active(ws), root_id)
+    try:
+        task = compose(parent)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        from jpfs.errors import ConfigError
+
+        raise ConfigError(f"the editor failed ({exc}); check $VISUAL / $EDITOR") from exc
+    if not task:
+        note("empty task: nothing created")
+        raise typer.Exit(1)
+    child = control.fork(ws, parent, task, start_run=not no_start, detached=True)
+    out(child)
+    note(f"captured into {child}" + ("" if no_start else "; it runs in the background"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fork")(fork)
+    app.command("kill")(kill)
+    app.command("capture")(capture)

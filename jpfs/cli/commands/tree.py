@@ -1,0 +1,92 @@
+"""``jpfs tree`` (once, or ``--watch``) and ``jpfs top`` (the live view)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Annotated
+
+import typer
+
+from jpfs.cli.commands.conversation import RootId
+from jpfs.cli.context import out, out_json, state
+
+Interval = Annotated[float, typer.Option("--interval", "-i", help="Seconds between refreshes.")]
+Count = Annotated[
+    int, typer.Option("--count", "-n", help="Stop after N refreshes (0: until Ctrl-C).")
+]
+All = Annotated[bool, typer.Option("--all", "-a", help="Include hidden conversations.")]
+
+
+def tree(
+    conv_id: Annotated[
+        str | None, typer.Argument(metavar="[ID]", help="Show only below ID.")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
+    interval: Interval = 1.0,
+    count: Count = 0,
+    include_hidden: All = False,
+    root_id: RootId = None,
+) -> None:
+    """The conversation tree: state, agent, model, time, tokens and last line of each."""
+    if fmt not in ("text", "json"):
+        raise typer.BadParameter("--format must be text or json")
+    show(conv_id, root_id, fmt, watch or count > 1, interval, count, include_hidden)
+
+
+def top(
+    conv_id: Annotated[
+        str | None, typer.Argument(metavar="[ID]", help="Show only below ID.")
+    ] = None,
+    interval: Interval = 1.0,
+    count: Count = 0,
+    include_hidden: All = False,
+    root_id: RootId = None,
+) -> None:
+    """A live view of the conversation tree (``jpfs tree --watch``)."""
+    show(conv_id, root_id, "text", True, interval, count, include_hidden)
+
+
+def show(
+    conv_id: str | None,
+    root_id: str | None,
+    fmt: str,
+    watch: bool,
+    interval: float,
+    count: int,
+    include_hidden: bool,
+) -> None:
+    from jpfs import scope
+    from jpfs.status_view import TreeView, daemon_line, render
+
+    ws = state.ws()
+    under = conv_id
+    if root_id is not None:
+        root_id = scope.resolve(ws.conv_root, root_id)
+        under = scope.resolve(ws.conv_root, conv_id, within=root_id) if conv_id else root_id
+    elif conv_id is not None:
+        under = scope.resolve(ws.conv_root, conv_id)
+    view = TreeView(ws)
+    clear = watch and sys.stdout.isatty()
+    pause = threading.Event()
+    frames = 0
+    while True:
+        rows = view.rows(under, include_hidden=include_hidden)
+        if fmt == "json":
+            out_json([r.to_json() for r in rows])
+        else:
+            frame = render(rows, header=daemon_line(ws) if watch else "")
+            out(("\x1b[H\x1b[2J" if clear else "") + frame)
+        sys.stdout.flush()
+        frames += 1
+        if not watch or (count and frames >= count):
+            return
+        pause.wait(interval)
+        if not clear and fmt == "text":
+            out("")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tree")(tree)
+    app.command("top")(top)

@@ -1,0 +1,10 @@
+"""The background daemon: file events -> reconciler -> agent pool (see protocol/daemon.md).
+
+process.py     one daemon per workspace: lock, pid, status file, detach, signals
+watcher.py     watchdog observer on the conversation root, filters, debounce
+edits.py       which files differ from HEAD; committing a human's edits
+actions.py     what a conversation needs (:func:`actions.needs`), adopt, failures
+reconciler.py  events and scans -> "look at conversation X" -> commit, adopt, queue
+pool.py        the agent pool: global limit, fair across subtrees
+service.py     wiring, start-up recovery, shutdown, logging
+"""

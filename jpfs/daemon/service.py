@@ -1,0 +1,347 @@
+"""The daemon: wiring of the watcher, the reconciler and the agent pool.
+
+Start-up, in this order (each step makes the next one safe after a SIGKILL):
+
+1. take the workspace's daemon lock (one daemon per workspace);
+2. delete temporary files of dead jpfs processes, make sure editors' swap files are
+   git-ignored under the conversation root, and commit whatever a killed process
+   wrote but did not commit (``commit_pending``);
+3. start watching, then scan every conversation once, then report ready.
+
+The main thread runs the reconciler loop; signals only set events it checks.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from jpfs import locks
+from jpfs.conversation import Conversation
+from jpfs.daemon import actions, process
+from jpfs.daemon.actions import DaemonRunner, Need
+from jpfs.daemon.pool import Job, Pool
+from jpfs.daemon.reconciler import Reconciler
+from jpfs.daemon.watcher import watch
+from jpfs.errors import JpfsError, LockError
+from jpfs.providers.base import Cancelled, Provider
+from jpfs.state import State
+from jpfs.workspace import Workspace
+
+log = logging.getLogger("jpfs.daemon")
+
+IGNORE_FILE = ".gitignore"
+IGNORE_MARK = "# jpfs daemon: editors' swap/backup files and jpfs's temporary files"
+IGNORE_LINES = ("*.jpfs-tmp", ".*.sw?", "*~", "4913", ".#*", "\\#*#", "*___jb_tmp___",
+                "*___jb_old___", ".goutputstream-*")  # fmt: skip
+# How long a run's jp_query waits for a child that another run holds.
+CHILD_LOCK_WAIT = 600.0
+_TMP_RE = re.compile(r"^\..*\.(\d+)\.jpfs-tmp$")
+
+
+@dataclass
+class Stats:
+    started: float = field(default_factory=time.time)
+    runs: int = 0
+    failures: int = 0
+    last_error: dict[str, Any] | None = None
+
+
+class Daemon:
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.files = process.Files.of(ws)
+        self.stop = threading.Event()
+        self.force = threading.Event()
+        self.ready = threading.Event()
+        self.stats = Stats()
+        self.providers: dict[str, Provider] = {}
+        cfg = ws.config
+        self.pool = Pool(int(cfg["daemon.max_agents"]), self.run_job, self.on_run_done)
+        self.reconciler = Reconciler(
+            ws,
+            self.pool,
+            debounce=float(cfg["daemon.debounce"]),
+            settle=float(cfg["daemon.settle"]),
+            scan_interval=float(cfg["daemon.scan_interval"]),
+            on_error=self.record_error,
+        )
+        self._watcher: threading.Thread | None = None
+        self._watching = threading.Event()
+        self._last_status = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def run(self) -> int:
+        """Serve until :attr:`stop` is set (a signal, or a test); returns the exit status."""
+        try:
+            with process.instance_lock(self.files):
+                log.info("daemon %d starting in %s", os.getpid(), self.ws.root)
+                try:
+                    self.prepare()
+                    self.start_watching()
+                    self.reconciler.start()
+                    self.ready.set()
+                    self.write_status(force=True)
+                    log.info("daemon ready: watching %s", self.ws.conv_root)
+                    self.reconciler.loop(self.stop, self.write_status)
+                finally:
+                    self.shutdown()
+                log.info("daemon %d stopped", os.getpid())
+        finally:
+            self.pool.force()  # no-op after a clean shutdown; ends the idle workers otherwise
+            self.pool.join(5.0)
+        return 0
+
+    def prepare(self) -> None:
+        self.ws.conv_root.mkdir(parents=True, exist_ok=True)
+        swept = sweep_temp_files(self.ws)
+        if swept:
+            log.info("removed %d temporary file(s) left by killed processes", swept)
+        ensure_ignore_file(self.ws)
+        self.reconciler.recover("jpfs: recover files written before a crash")
+        from jpfs import background
+
+        background.set_starter(self.ws.root, self.start_in_pool)
+
+    def start_in_pool(self, ws: Workspace, conv_id: str) -> bool:
+        self.pool.submit(conv_id)
+        return True  # queued, running, or left for the next start's scan
+
+    def start_watching(self) -> None:
+        self._watcher = threading.Thread(target=self._watch, name="jpfs-watcher", daemon=True)
+        self._watcher.start()
+        while not self._watching.wait(0.05):
+            if not self._watcher.is_alive():
+                raise JpfsError(f"cannot watch {self.ws.conv_root} (see {self.files.log})")
+
+    def _watch(self) -> None:
+        try:
+            for batch in watch(
+                self.ws.conv_root,
+                self.stop,
+                debounce=float(self.ws.config["daemon.debounce"]),
+                started=self._watching,
+            ):
+                self.reconciler.post(batch)
+        except Exception as exc:
+            log.exception("the file watcher failed; only the periodic scans remain")
+            self.record_error(f"file watcher: {exc}")
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        from jpfs import background
+
+        background.set_starter(self.ws.root, None)
+        running, _ = self.pool.snapshot()
+        if running:
+            log.info("stopping: letting %d run(s) finish their current step", len(running))
+        self.pool.stop()
+        while not self.pool.join(0.1):
+            if self.force.is_set():
+                log.info("second signal: interrupting the runs")
+                self.pool.force()
+                self.pool.join()
+                break
+            self.write_status()
+        if self._watcher is not None:
+            self._watcher.join()
+        self.ws.committer.close()
+
+    # -- runs (pool threads) --------------------------------------------------------------
+    def run_job(self, job: Job) -> None:
+        runner = DaemonRunner(
+            self.ws,
+            cancel=job.cancel,
+            stopping=job.stopping,
+            providers=self.providers,
+            lock_wait=CHILD_LOCK_WAIT,
+        )
+        job.info["runner"] = runner
+        conv = Conversation(self.ws.conv_root, job.conv_id)
+        try:
+            with locks.conversation_lock(self.ws.local_dir, conv.id):
+                verdict = actions.needs(conv)
+                if verdict.need is not Need.RUN:
+                    return
+                meta = conv.meta()
+                job.info["agent"] = meta.get("agent", "")
+                job.info["model"] = conv.config.get("model", "")
+                self.stats.runs += 1
+                log.info("%s: run starts (%s)", conv.id, verdict.state)
+                try:
+                    state = runner.run_locked(conv)
+                except Cancelled:
+                    log.info("%s: run stopped by the daemon; it resumes at the next start", conv.id)
+                    return
+                except JpfsError as exc:
+                    self.fail(conv, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                    return
+                except Exception as exc:
+                    log.exception("%s: run crashed", conv.id)
+                    name = type(exc).__name__
+                    self.fail(conv, f"internal error in jpfs ({name}); see {self.files.log}")
+                    return
+                log.info("%s: run ends: %s", conv.id, state)
+                if state is State.FAILED:
+                    last = conv.last_event()
+                    reason = last.body.strip() if last is not None and last.role == "error" else ""
+                    self.stats.failures += 1
+                    self.record_error(
+                        f"{conv.id}: {reason.splitlines()[0] if reason else 'failed'}"
+                    )
+                    log.warning("%s: failed: %s", conv.id, reason)
+        except LockError:
+            log.debug("%s: taken by another run; looking again when it is free", conv.id)
+
+    def fail(self, conv: Conversation, message: str) -> None:
+        self.stats.failures += 1
+        self.record_error(f"{conv.id}: {message}")
+        log.warning("%s: failed: %s", conv.id, message)
+        try:
+            actions.record_failure(self.ws, conv, message)
+        except JpfsError as exc:
+            log.error("%s: could not record the failure: %s", conv.id, exc)
+
+    def on_run_done(self, conv_id: str) -> None:
+        self.reconciler.run_done(conv_id)
+
+    # -- status ---------------------------------------------------------------------------
+    def record_error(self, message: str) -> None:
+        self.stats.last_error = {"time": process.iso(time.time()), "message": message}
+
+    def write_status(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self._last_status < 0.25:
+            return
+        self._last_status = now
+        jobs, queued = self.pool.snapshot()
+        agents = []
+        for job in jobs:
+            runner = job.info.get("runner")
+            agents.append(
+                {
+                    "id": job.conv_id,
+                    "agent": job.info.get("agent", ""),
+                    "model": job.info.get("model", ""),
+                    "since": process.iso(job.started),
+                    "elapsed": round(now - job.started, 1),
+                    "provider_calls": getattr(runner, "provider_calls", 0),
+                    "tokens": getattr(runner, "tokens", 0),
+                    "note": getattr(runner, "last_note", ""),
+                }
+            )
+        process.write_status(
+            self.files,
+            {
+                "pid": os.getpid(),
+                "ready": self.ready.is_set() and not self.stop.is_set(),
+                "stopping": self.stop.is_set(),
+                "started": self.stats.started,
+                "started_at": process.iso(self.stats.started),
+                "updated_at": process.iso(now),
+                "workspace": str(self.ws.root),
+                "max_agents": self.pool.size,
+                "agents_running": len(agents),
+                "agents": agents,
+                "queue": queued,
+                "runs": self.stats.runs,
+                "failures": self.stats.failures,
+                "scans": self.reconciler.scans,
+                "conversations": len(self.reconciler.seen),
+                "last_error": self.stats.last_error,
+            },
+        )
+
+
+# -- start-up chores --------------------------------------------------------------------------
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_temp_files(ws: Workspace) -> int:
+    """Delete ``.NAME.PID.jpfs-tmp`` files whose writer is dead (a crash mid-write)."""
+    count = 0
+    for top, dirs, names in os.walk(ws.conv_root):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in names:
+            m = _TMP_RE.match(name)
+            if m and not pid_alive(int(m.group(1))):
+                try:
+                    os.unlink(os.path.join(top, name))
+                    count += 1
+                except FileNotFoundError:
+                    pass
+    return count
+
+
+def ensure_ignore_file(ws: Workspace) -> None:
+    """Git-ignore swap and temporary files under the root: a commit of a conversation
+    directory (the runtime snapshots it whole) must never pick up an open editor's swap
+    file or a killed writer's temporary file."""
+    path = ws.conv_root / IGNORE_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    have = {line.strip() for line in text.splitlines()}
+    missing = [line for line in IGNORE_LINES if line not in have]
+    if not missing:
+        return
+    block = "\n".join(([IGNORE_MARK] if IGNORE_MARK not in have else []) + missing) + "\n"
+    sep = "" if not text or text.endswith("\n") else "\n"
+    path.write_text(text + sep + block, encoding="utf-8")
+    from jpfs.committer import Change
+
+    rel = f"{ws.conv_root_rel}/{IGNORE_FILE}"
+    ws.commit(Change((rel,), "jpfs: ignore editors' swap files", (("Jpfs-Event", "ignore"),)))
+
+
+# -- logging -------------------------------------------------------------------------------------
+
+
+def setup_logging(ws: Workspace, *, stderr: bool) -> logging.Handler:
+    files = process.Files.of(ws)
+    ws.ensure_local()
+    handler = logging.handlers.RotatingFileHandler(
+        files.log,
+        maxBytes=int(ws.config["daemon.log_max_bytes"]),
+        backupCount=int(ws.config["daemon.log_backups"]),
+        encoding="utf-8",
+    )
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(fmt)
+    root = logging.getLogger("jpfs")
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    if stderr:
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(fmt)
+        root.addHandler(console)
+    return handler
+
+
+def serve(ws: Workspace, *, stderr: bool) -> int:
+    """``jpfs daemon run``: the foreground daemon, signals handled."""
+    setup_logging(ws, stderr=stderr)
+    daemon = Daemon(ws)
+    signals = process.Signals(daemon.stop, daemon.force, daemon.reconciler.request_scan)
+    signals.install()
+    try:
+        return daemon.run()
+    finally:
+        signals.restore()
