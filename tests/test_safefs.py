@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jpfs import safefs
+from jpfs import safefs, safescan
 from jpfs.errors import JpfsError, NotFoundError, ScopeError, ToolError
 
 BAD_PATHS = [
@@ -88,9 +88,9 @@ def test_symlinks_refused_for_every_operation(tree: tuple[Path, Path]) -> None:
         with pytest.raises(ScopeError):
             safefs.read_text(root, path)
     with pytest.raises(ScopeError):
-        safefs.list_dir(root, "linkdir")
+        safescan.list_dir(root, "linkdir")
     with pytest.raises(ScopeError):
-        safefs.grep(root, "hello", "linkdir")
+        safescan.grep(root, "hello", "linkdir")
     with pytest.raises(ScopeError):
         safefs.write_text(root, "linkdir/new.txt", "pwned")
     with pytest.raises(ScopeError):
@@ -153,7 +153,7 @@ def test_fifo_is_refused_without_hanging(tree: tuple[Path, Path]) -> None:
 
 def test_list_dir_hides_git_and_local(tree: tuple[Path, Path]) -> None:
     root, _ = tree
-    top = safefs.list_dir(root)
+    top = safescan.list_dir(root)
     paths = {e.path: e.kind for e in top.entries}
     assert paths == {
         ".jpfs": "dir",
@@ -162,7 +162,7 @@ def test_list_dir_hides_git_and_local(tree: tuple[Path, Path]) -> None:
         "linkfile": "symlink",
         "src": "dir",
     }
-    everything = safefs.list_dir(root, recursive=True)
+    everything = safescan.list_dir(root, recursive=True)
     names = [e.path for e in everything.entries]
     assert "src/a.py" in names and ".jpfs/config.toml" in names
     assert not any("git" in n.lower() or "local" in n for n in names)
@@ -173,31 +173,31 @@ def test_list_dir_hides_git_and_local(tree: tuple[Path, Path]) -> None:
 def test_list_dir_truncates(tmp_path: Path) -> None:
     for i in range(30):
         (tmp_path / f"f{i:02}").write_text("")
-    listing = safefs.list_dir(tmp_path, max_entries=10)
+    listing = safescan.list_dir(tmp_path, max_entries=10)
     assert len(listing.entries) == 10 and listing.total == 30 and listing.complete
     assert listing.entries[0].path == "f00"
 
 
 def test_grep(tree: tuple[Path, Path]) -> None:
     root, _ = tree
-    res = safefs.grep(root, "hello")
+    res = safescan.grep(root, "hello")
     assert [(m.path, m.line_no) for m in res.matches] == [("README.md", 2), ("src/a.py", 2)]
     assert res.total == 2
-    assert safefs.grep(root, "HELLO").total == 0
-    assert safefs.grep(root, "HELLO", ignore_case=True).total == 2
-    assert safefs.grep(root, "print(", relpath="src").total == 1  # literal, not a regex
-    assert safefs.grep(root, r"^import \w+$", regex=True).total == 1
-    assert safefs.grep(root, "hello", relpath="README.md").matches[0].path == "README.md"
+    assert safescan.grep(root, "HELLO").total == 0
+    assert safescan.grep(root, "HELLO", ignore_case=True).total == 2
+    assert safescan.grep(root, "print(", relpath="src").total == 1  # literal, not a regex
+    assert safescan.grep(root, r"^import \w+$", regex=True).total == 1
+    assert safescan.grep(root, "hello", relpath="README.md").matches[0].path == "README.md"
     with pytest.raises(ToolError, match="invalid regular expression"):
-        safefs.grep(root, "(", regex=True)
+        safescan.grep(root, "(", regex=True)
     with pytest.raises(ScopeError):
-        safefs.grep(root, "hello", relpath=".git")
+        safescan.grep(root, "hello", relpath=".git")
 
 
 def test_grep_truncation_and_binary(tmp_path: Path) -> None:
     (tmp_path / "many.txt").write_text("x\n" * 500)
     (tmp_path / "bin").write_bytes(b"x\0x")
-    res = safefs.grep(tmp_path, "x", max_matches=7)
+    res = safescan.grep(tmp_path, "x", max_matches=7)
     assert len(res.matches) == 7 and res.total == 500 and res.skipped == 1
 
 
@@ -206,7 +206,7 @@ def test_grep_cancel(tree: tuple[Path, Path]) -> None:
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(ToolError, match="cancelled"):
-        safefs.grep(root, "hello", cancel=cancel)
+        safescan.grep(root, "hello", cancel=cancel)
 
 
 def test_write_modify_read_round_trip(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from jpfs import safefs
+from jpfs import safefs, safescan
 from jpfs.errors import ScopeError, ToolError
 from jpfs.tools.base import JsonDict, Tool, ToolContext
 
@@ -79,7 +79,7 @@ def _under(path: str, top: str) -> bool:
     return path == top or path.startswith(top + "/")
 
 
-def hidden_from(ctx: ToolContext) -> safefs.Hide:
+def hidden_from(ctx: ToolContext) -> safescan.Hide:
     """Other conversations are out of sight: the record is read through jp_conversation_*
     tools, which apply the subtree rule; a file tool must not be a way around it."""
     root, own = _conv_scope(ctx)
@@ -169,7 +169,7 @@ def _read(ctx: ToolContext, args: JsonDict) -> str:
 def _list(ctx: ToolContext, args: JsonDict) -> str:
     path: str = _arg(args, "path", str, ".")
     recursive: bool = _arg(args, "recursive", bool, False)
-    listing = safefs.list_dir(
+    listing = safescan.list_dir(
         ctx.files_root,
         check_visible(ctx, path),
         recursive,
@@ -200,7 +200,7 @@ def _grep(ctx: ToolContext, args: JsonDict) -> str:
     path: str = _arg(args, "path", str, ".")
     regex: bool = _arg(args, "regex", bool, False)
     ignore_case: bool = _arg(args, "ignore_case", bool, False)
-    res = safefs.grep(
+    res = safescan.grep(
         ctx.files_root,
         pattern,
         check_visible(ctx, path),
