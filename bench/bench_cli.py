@@ -1,10 +1,12 @@
 """Benchmark the read-only CLI: start-up, ``conversation ls`` and ``conversation grep``.
 
 Usage: python bench/bench_cli.py [--quick] [--conversations N] [--events M] [--repeat R]
+                                  [--repeat-tree R]
 
 Builds a workspace of N conversations (default 10,000; 1,000 with --quick) of M events
 each (groups of ten: a top-level conversation and nine sub-agents), then times, as
-subprocesses started with this interpreter (median of R runs after a warm-up):
+subprocesses started with this interpreter (median of R runs after a warm-up; the
+commands on the full tree take seconds each, so they run --repeat-tree times):
 
 * start-up: ``jpfs conversation ls`` on an EMPTY workspace against
   ``python -c 'import typer'`` (target: within 1.5x);
@@ -38,6 +40,7 @@ from bench.common import (
     ms,
     pin_environment,
     populate,
+    print_machine,
     print_table,
     ratio,
     temp_dir,
@@ -91,7 +94,7 @@ def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[
     listed = len(tree.listing(conv_root))
     if listed != conversations:
         raise RuntimeError(f"listing saw {listed} conversations, expected {conversations}")
-    inproc = measure(lambda: tree.listing(conv_root), repeat=repeat)
+    inproc = measure(lambda: tree.listing(conv_root), repeat=max(1, repeat // 2), warmup=0)
     sub = measure_command(jpfs_argv("conversation", "ls", "--format", "json"), ws, repeat=repeat)
     per = sub.median / conversations * 1e6
     print_table(
@@ -183,11 +186,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="1,000 conversations, fewer runs")
     parser.add_argument("--conversations", type=int, help="tree size (default 10,000)")
     parser.add_argument("--events", type=int, default=10, help="events per conversation")
-    parser.add_argument("--repeat", type=int, help="timed runs per command (default 10)")
+    parser.add_argument("--repeat", type=int, help="timed start-up runs (default 10)")
+    parser.add_argument("--repeat-tree", type=int, help="timed runs on the tree (default 5)")
     args = parser.parse_args(argv)
     conversations = args.conversations or (1000 if args.quick else 10_000)
     repeat = args.repeat or (5 if args.quick else 10)
+    repeat_tree = args.repeat_tree or 5
     pin_environment()
+    print_machine()
     with temp_dir() as tmp:
         use_bytecode_cache(tmp / "pycache")
         empty = make_workspace(tmp / "empty")
@@ -198,11 +204,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"\n(built {tree.conversations:,} conversations x {tree.events} events ="
             f" {tree.files:,} files in {tree.build_seconds:.1f} s)"
         )
-        ls = bench_ls(ws, conversations, repeat, startup["jpfs_ls_empty"]["median_s"])
-        grep = bench_grep(ws, repeat, tree.needle_matches)
+        ls = bench_ls(ws, conversations, repeat_tree, startup["jpfs_ls_empty"]["median_s"])
+        grep = bench_grep(ws, repeat_tree, tree.needle_matches)
     return {
         "sizes": {"conversations": conversations, "events": args.events, "files": tree.files},
-        "repeat": repeat,
+        "repeat": {"startup": repeat, "tree": repeat_tree},
         "startup": startup,
         "ls": ls,
         "grep": grep,

@@ -40,6 +40,7 @@ from bench.common import (
     measure_command,
     ms,
     pin_environment,
+    print_machine,
     print_table,
     ratio,
     temp_dir,
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cli_runs = args.cli_runs or (5 if args.quick else 20)
     fanout_runs = args.fanout_runs or (3 if args.quick else 10)
     pin_environment()
+    print_machine()
     with temp_dir() as tmp:
         use_bytecode_cache(tmp / "pycache")
         ws = make_workspace(tmp / "ws")

@@ -326,6 +326,14 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[obje
     sys.stdout.flush()
 
 
+def print_machine() -> None:
+    info = machine()
+    print(
+        f"(machine: {info['cpus']} cpus, Python {info['python']}, git {info['git']};"
+        f" load average {info['loadavg_1m']:.1f} at start)"
+    )
+
+
 def machine() -> dict[str, Any]:
     git_version = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout
     return {
@@ -333,4 +341,6 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "git": git_version.strip().removeprefix("git version "),
+        # Other work on the machine skews every number; say how busy it was.
+        "loadavg_1m": os.getloadavg()[0],
     }

@@ -31,12 +31,13 @@ import fcntl
 import functools
 import hashlib
 import os
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jpfs import ids
+from jpfs import ids, record
 from jpfs.conversation import Conversation
 from jpfs.errors import GitError, ScopeError, StateError
 from jpfs.workspace import WORKTREES_DIR, Workspace
@@ -195,10 +196,14 @@ def fork_of(ws: Workspace, conv_id: str, meta: Mapping[str, Any] | None = None) 
     branch, worktree = meta.get("branch"), meta.get("worktree")
     if not isinstance(branch, str) or not isinstance(worktree, str):
         return None
-    rel = worktree.strip("/")
-    if not (rel == WORKTREES_DIR or rel.startswith(WORKTREES_DIR + "/")) or ".." in rel.split("/"):
+    # Derived from the id, and checked: an edited record must not make jpfs delete or
+    # merge some other branch, or run an agent's file tools in some other directory.
+    rel = f"{WORKTREES_DIR}/{worktree_name(conv_id)}"
+    if branch != branch_name(conv_id) or worktree.strip("/") != rel:
         raise ScopeError(
-            f"conversation {conv_id!r}: worktree {worktree!r} is not under {WORKTREES_DIR}"
+            f"conversation {conv_id!r} records branch {branch!r} and worktree {worktree!r};"
+            f" jpfs uses {branch_name(conv_id)!r} and {rel!r}: restore those in its"
+            " conversation.toml"
         )
     base = meta.get("base")
     merged = meta.get("merged")
@@ -308,6 +313,8 @@ def ensure_worktree(ws: Workspace, fork: Fork) -> Path:
         if admin_dir(fork.worktree) is None:
             # A registration whose directory vanished would make `worktree add` refuse.
             run_git(ws.root, "worktree", "prune")
+            if fork.worktree.exists():
+                shutil.rmtree(fork.worktree)  # debris of a creation that crashed
             fork.worktree.parent.mkdir(parents=True, exist_ok=True)
             run_git(ws.root, "worktree", "add", "--no-checkout", str(fork.worktree), fork.branch)
         # Sparse: the conversation records stay in the main work tree only.
@@ -321,10 +328,44 @@ def ensure_worktree(ws: Workspace, fork: Fork) -> Path:
     return fork.worktree
 
 
+def adopt(ws: Workspace, conv: Conversation) -> Fork | None:
+    """Give a branch-profile conversation created without its fork its branch now.
+
+    Conversations are created in several places (``new_conversation`` forks at once; a
+    daemon adopting a hand-written task.md, ``fork`` and batch-onboarding children do
+    not), so the runtime calls this before the first tool runs: the branch then forks
+    from the parent's workspace as it is at that moment.
+    """
+    fields = plan(ws, conv.id, conv.config)
+    if "branch" not in fields:
+        return None
+    conv.update(**fields)
+    fork = require_fork(ws, conv.id)
+    ensure_worktree(ws, fork)
+    agent = str(conv.meta().get("agent", "")) or None
+    record.commit(ws, conv.id, "branch", agent=agent, note=fork.branch)
+    return fork
+
+
 def files_root(ws: Workspace, conv: Conversation) -> Path:
     """Where ``conv``'s file tools work: its (inherited) worktree, else the main work tree."""
     fork = enclosing_fork(ws, conv.id)
+    if (fork is None or fork.conv_id != conv.id) and conv.config.get("workspace") == "branch":
+        fork = adopt(ws, conv)
     return ws.root if fork is None else ensure_worktree(ws, fork)
+
+
+# Tools that never change files in the caller's worktree: a batch of only these needs
+# no commit (git add + write-tree cost tens of ms in a large repository). jp_query and
+# merge commit what they change themselves.
+READ_ONLY_TOOLS = frozenset(
+    {
+        "fs_read_file", "fs_list_files", "fs_grep_files", "jp_query", "jp_await",
+        "jp_conversation_list", "jp_conversation_print", "jp_conversation_grep",
+        "mail_send", "mail_check", "mail_read", "mail_delete", "mail_filter",
+        "fork", "kill", "merge", "branch_diff", "branch_discard", "ask_caller", "start_work",
+    }
+)  # fmt: skip
 
 
 def commit_edits(
@@ -334,12 +375,16 @@ def commit_edits(
     agent: str | None = None,
     author: Identity | None = None,
     note: str | None = None,
+    tools: Sequence[str] | None = None,
 ) -> str | None:
     """Commit the project files changed in ``conv_id``'s worktree onto its branch.
 
-    No-op (None) outside a fork or when nothing changed. The conversation root is never
-    staged: the record lives (and is committed) in the main work tree.
+    No-op (None) outside a fork, when nothing changed, or when ``tools`` (the batch just
+    run) are all read-only. The conversation root is never staged: the record lives
+    (and is committed) in the main work tree.
     """
+    if tools is not None and all(t in READ_ONLY_TOOLS for t in tools):
+        return None
     fork = enclosing_fork(ws, conv_id)
     if fork is None or fork.discarded or not is_ready(fork.worktree):
         return None

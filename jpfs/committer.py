@@ -1,104 +1,111 @@
 """The one committer: every jpfs state change becomes a git commit through here.
 
-Design
-======
+Commits
+=======
+``commit()`` snapshots the working-tree state of the named paths (a file's blob and mode,
+a missing file as a deletion, a directory as every non-ignored file under it plus
+deletions of tracked files that vanished) and commits it on top of the current tip of the
+checked-out branch, or of HEAD itself when detached. The new tree is the tip's tree with
+only the trees along changed paths rewritten (pygit2 ``TreeBuilder``): whatever others
+committed meanwhile is kept and nothing the user staged is read. Unchanged blobs are
+recognised by hash and never rewritten.
 
-*Commit construction.* ``commit()`` snapshots the working-tree state of the named paths
-(a file's blob with its mode, a missing file as a deletion, a directory as every file
-under it plus deletions of tracked files that vanished) and writes a commit on top of the
-current tip of the checked-out branch (or of HEAD itself when detached). The new tree is
-the tip's tree with only the trees along changed paths rewritten (pygit2
-``TreeBuilder``), so whatever the user or another process committed meanwhile is kept and
-nothing the user staged is read. Unchanged blobs are recognised by hash and never
-rewritten.
-
-*Moving the branch: compare-and-swap.* pygit2's ``Reference.set_target`` *is* a real CAS:
-libgit2's ``git_reference_set_target`` calls ``git_reference_create_matching`` with the
-reference's old oid, and the files backend compares it under ``<ref>.lock`` (``GIT_EMODIFIED``
-on mismatch). We still implement git's lock protocol ourselves (``<ref>.lock`` with
-``O_CREAT|O_EXCL``, re-read the loose ref or ``packed-refs`` under the lock, compare, write
-a temp file, rename over the ref, append the reflogs, drop the lock) because only then can
-we mark the lock as ours (see *Stale locks*): a SIGKILL inside libgit2's window would leave
-an anonymous ``refs/heads/<b>.lock`` that blocks every later commit forever. Measured on
-the 2-core dev box: libgit2 ``set_target`` ~0.35 ms, this protocol ~0.3-0.5 ms,
+*Moving the branch.* pygit2's ``Reference.set_target`` is a real compare-and-swap
+(libgit2's ``git_reference_set_target`` passes the reference's old oid to
+``git_reference_create_matching``; the files backend compares it under ``<ref>.lock`` and
+fails with ``GIT_EMODIFIED``). We still run git's lock protocol ourselves (``<ref>.lock``
+with ``O_CREAT|O_EXCL`` holding the new value, re-read the loose ref or ``packed-refs``
+under it, compare, append the reflogs, rename the lock over the ref), because only then
+can the lock be marked as ours (see *Stale locks*); a SIGKILL inside libgit2's window
+would leave an anonymous ``refs/heads/<b>.lock`` that blocks every later commit.
+Measured on the 2-core dev box: libgit2 ``set_target`` ~0.35 ms, this protocol ~0.3 ms,
 ``git update-ref NEW OLD`` ~3.3 ms. If the tip moved, the commit is rebuilt on the new tip
 (bounded retries, then :class:`GitError`).
 
-*The user's index.* After the ref moves, the user's index entries for exactly the
-committed paths are set to the committed state, so ``git status`` shows them clean. All of
-"move ref + write index" happens while we hold ``<gitdir>/index.lock`` (created with
-``O_CREAT|O_EXCL``, the lock ``git add``/``git commit`` take): a user's ``git commit`` either
-fails to get the lock, or holds it and then our CAS sees its new tip and we rebuild on it
-and re-read its index; it read HEAD before taking the lock, so if we moved the branch
-first its own CAS fails and nothing of its is lost. If the lock stays busy for
-``index_lock_timeout`` (2 s; e.g. ``git commit`` with an editor open) we commit without
-touching the index; the paths are remembered in memory and synced by the next commit that
-gets the lock.
+*Group commit.* ``commit()`` calls from threads of one process queue up; the first caller
+becomes leader and commits everything queued (consecutive changes with the same author
+share one commit), the others wait on a condition and get the sha of the commit holding
+their change. A leader that sees other writers active waits up to 5 ms for them to
+re-queue, so concurrent writers fold into one commit per round. Processes serialise on
+the index and ref locks.
 
-Rewriting a 100k-entry index with libgit2 costs ~33 ms (it hashes with SHA-1DC), more
-than the whole rest of a commit, so the index is written by a small codec here: entries
-are kept as their on-disk bytes in memory (re-parsed only when the file's stat identity
-changed, i.e. someone else wrote it), changed entries are replaced via bisect, and the
-file is re-emitted with OpenSSL SHA-1: ~13 ms at 100k entries, <1 ms at 10k. New entries
-carry the stat data of the file we read (fstat before read, as git does) so ``git status``
-need not rehash them. Like git, entries that are racily clean relative to the index we
-replace are re-checked against the working tree and smudged (size 0) if modified. The
-cache-tree (``TREE``) extension is invalidated along changed paths exactly as git does;
-``REUC`` is kept; other optional extensions (``UNTR``, ``FSMN``, ``EOIE``, ``IEOT``) are
-dropped, which only costs git a rebuild. Index version 4 goes through libgit2 (slower,
-entries without stat data). Split or sparse indexes (mandatory extensions ``link``,
-``sdir``) are left untouched: the commit still lands, ``git status`` then lists the paths
-as changed until the user's next ``git add``/``git reset``.
+The user's index
+================
+After a commit, ``git status`` shows the committed paths clean: their index entries are
+set to the committed state, nothing else is touched. This happens while we hold
+``<gitdir>/index.lock`` (the lock ``git add``/``git commit`` take), and the index is
+written *before* the ref moves. ``git commit`` reads HEAD and then the index before it
+takes ``index.lock``, and its ref update is a compare-and-swap against the HEAD it read:
+whoever sees our new HEAD therefore also sees our index, and a commit that saw the old
+HEAD fails and changes nothing (writing the index after the ref would let it commit our
+new HEAD with our files reverted). If ``index.lock`` stays busy for ``index_lock_timeout``
+(2 s; ``git commit`` holds it while the editor is open) we commit without touching the
+index, and the next commit that gets the lock syncs those paths.
 
-*Group commit.* Concurrent ``commit()`` calls from threads of one process queue up; the
-first caller becomes leader and commits everything queued in one go (consecutive changes
-with the same author share a commit), the others wait on a condition and get the sha of
-the commit containing their change. Across processes, commits serialise on the index and
-ref locks.
+git's own lost-update race remains: a plain ``git commit`` writes back the index it read
+before locking (refreshed stat data, cache-tree) even when its ref update then fails. A
+retry started within milliseconds would see our HEAD without our entries and revert our
+files. We shrink that window: every index write re-syncs the paths committed in the last
+10 s (up to 128), and for 10 s after a commit a watcher polls the index's stat every 10 ms
+and heals it when someone else rewrote it. The working-tree files survive in any case,
+and ``commit_pending()`` recommits them.
+
+Writing a 100k-entry index with libgit2 costs ~33 ms (SHA-1DC hashing), more than the
+whole rest of a commit, so the index is handled by a small codec here: entries stay in
+memory as their on-disk bytes in chunks with cached joined bytes, re-parsed only when
+the file's stat identity changed (someone else wrote it); changes go in by bisect; the
+file is re-emitted with a gathered write and OpenSSL SHA-1 (~10-13 ms at 100k entries,
+~1-2 ms at 10k, dominated by hashing and ext4's flush on rename-over). New entries carry
+the stat data of the file we read (fstat before reading, as git does), so ``git status``
+does not rehash them. As in git, entries racily clean relative to the index being
+replaced are re-checked against the working tree and smudged (size 0) if modified. The
+cache-tree (``TREE``) is invalidated along changed paths exactly like git's
+``cache_tree_invalidate_path``; ``REUC`` is kept; other optional extensions (``UNTR``,
+``FSMN``, ``EOIE``, ``IEOT``) are dropped, which only costs git a rebuild. Index version
+4 goes through libgit2 (slower; entries without stat data). Split or sparse indexes
+(mandatory extensions ``link``, ``sdir``) are left alone: the commit lands and
+``git status`` lists the paths until the user's next ``git add``/``git reset``.
 
 Stale locks
 ===========
-git never removes a stale ``*.lock``; the user has to. We must never remove a lock that a
-live process (git or jpfs) holds, and a lock's age says nothing (``git commit`` holds
-``index.lock`` while the editor is open). So a lock is only ever broken when it is provably
-ours and its creator is provably dead:
+git never removes a stale ``*.lock``; users do, by hand. We must never remove a lock a
+live process holds (git or jpfs), and age proves nothing: ``git commit`` holds
+``index.lock`` for as long as the editor is open. So a lock is broken only when it is
+provably ours and its creator provably dead:
 
-* After creating ``X.lock`` we register an *owner file* ``<common>/jpfs/locks/<dev>-<ino>``
-  holding the lock's ctime and path, and keep an exclusive ``flock`` on it. The kernel
-  drops the flock when the process dies, however it dies. Our lock files stay empty (new
-  content is written to a temp file renamed over the target) so their ctime never
-  changes.
-* A contender that finds ``X.lock`` looks up the owner file by the lock's inode; no owner
-  file means a foreign (git) lock: wait, never break. If ``flock(LOCK_NB)`` on the owner
-  file succeeds and the owner file is still the one at that path (guards against a
-  concurrent breaker) and dev/ino/ctime/path match the lock, the creator is dead: unlink
-  the owner file, then the lock.
-* Owner files only exist while their lock exists: they are created after the lock and
-  removed before it (by the holder on release and by a breaker), so an inode reused by a
-  later foreign lock cannot be mistaken for ours. A SIGKILL in the few-syscall windows
-  between creating the lock and registering it (or unregistering and releasing) leaves an
-  anonymous lock, i.e. exactly git's behaviour: the error message names the file to
-  remove.
+* Each process keeps one marker file ``<common>/jpfs/locks/proc-<pid>-<rand>`` under an
+  exclusive ``flock`` for its lifetime; the kernel drops the flock when the process dies,
+  however it dies. After creating ``X.lock`` (with its final content), we register it by
+  hard-linking the marker as ``<dev>-<ino>-<ctime_ns>`` of the lock file.
+* A contender finding ``X.lock`` looks up the registration by the lock's
+  dev/inode/ctime. None: a foreign (git) lock, wait and never break it. If
+  ``flock(LOCK_NB)`` on it succeeds, its creator is dead: after checking that the name
+  still points at the inode it locked (a concurrent breaker) and the lock is unchanged,
+  unlink the registration, then the lock.
+* A registration never outlives its lock (created after it, removed before it by holder
+  and breaker), and the ctime in its name guards against a lock someone deleted by hand
+  whose inode a later git lock reuses. A SIGKILL in the few syscalls between creating
+  the lock and registering it, or between unregistering and releasing it, leaves an
+  anonymous lock, i.e. exactly git's behaviour; the error message names the file.
 
 Crash safety and durability
 ===========================
-Objects are written before the ref, the ref and the index are replaced by ``rename``, and
-reflogs are appended with single ``O_APPEND`` writes, so a SIGKILL at any point leaves
-``git fsck`` clean (at worst dangling objects) and no lock that blocks forever (see
-above); a crash between writing a file and committing it is repaired by
-``commit_pending()``. Like git's defaults (``core.fsync`` excludes refs and loose objects),
-nothing is fsynced unless ``fsync=True``, which also turns on libgit2's gitdir fsync
-(process-wide). Power loss is out of scope without it.
+Objects are written before the ref; refs and the index are replaced by ``rename``;
+reflog lines are single ``O_APPEND`` writes. A SIGKILL at any point leaves ``git fsck``
+clean (at worst dangling objects) and no lock that blocks forever (above); a crash
+between writing a file and committing it is repaired by ``commit_pending()``. Like git's
+defaults (``core.fsync`` leaves out refs, the index and loose objects), nothing is fsynced
+unless ``fsync=True``, which also turns on libgit2's gitdir fsync process-wide.
 
 Worktrees: per-worktree files (``HEAD``, ``index``, their locks, ``logs/HEAD``) live in the
-worktree's gitdir (``repo.path``); branches, ``packed-refs``, objects and our owner files
-in the common dir (``<gitdir>/commondir``). Content filters (``.gitattributes`` clean/eol,
-LFS) are not applied: jpfs files are stored verbatim. Reftable and SHA-256 repositories
-are not supported. Forking a process while a commit is in flight is not supported.
+worktree's gitdir (``repo.path``); branches, ``packed-refs``, objects and lock markers in
+the common dir (``<gitdir>/commondir``). Content filters (``.gitattributes`` clean/eol,
+LFS) are not applied: jpfs files are stored verbatim. POSIX only (``flock``); reftable
+and SHA-256 repositories are not supported. Create committers after forking.
 
 Maintenance: every ``maintenance_every`` commits a background thread runs
 ``git gc --auto`` and ``git commit-graph write --reachable --split`` (never blocking a
-commit) and sweeps debris of killed jpfs/libgit2 processes.
+commit) and sweeps debris of killed processes.
 """
 
 from __future__ import annotations
@@ -230,9 +237,12 @@ class Committer:
                 raise GitError(f"cannot create {directory}: {exc.strerror}") from exc
         self._read_config()
 
-        self._cv = threading.Condition()
+        mutex = threading.Lock()
+        self._cv = threading.Condition(mutex)  # followers wait here for results
+        self._arrivals = threading.Condition(mutex)  # a gathering leader waits here
         self._queue: list[_Pending] = []
         self._leading = False
+        self._writers: dict[int, float] = {}  # thread id -> when it last submitted
         self._closed = False
         self._index_cache: _IndexFile | None = None
         self._index_debt: set[str] = set()
@@ -270,15 +280,9 @@ class Committer:
         Crash recovery: a file written but never committed (process killed in between) is
         picked up here. Untracked files are included unless git-ignored.
         """
-        tip_tree = self._tree_of(self._resolve_head()[1])
-        paths = tuple(
-            p
-            for p in self._owned
-            if os.path.lexists(self._root / p) or (tip_tree is not None and p in tip_tree)
-        )
-        if not paths:
-            return None
-        return self._submit(_Pending(Change(paths, subject, trailers), paths))
+        # A missing prefix snapshots as "delete whatever is tracked there", so every
+        # owned prefix can be named; the leader alone touches the repository.
+        return self._submit(_Pending(Change(self._owned, subject, trailers), self._owned))
 
     def close(self) -> None:
         """Refuse further commits. Background maintenance, if running, finishes alone."""
@@ -288,6 +292,7 @@ class Committer:
                 self._cv.wait()
         self._stopping.set()
         self._index_cache = None
+        self._repo.free()
 
     def __enter__(self) -> Committer:
         return self
@@ -314,7 +319,6 @@ class Committer:
         logall = (get("core.logAllRefUpdates") or "true").lower()
         self._log_all = logall in ("true", "yes", "on", "1", "always")
         self._filemode = (get("core.fileMode") or "true").lower() not in ("false", "no", "off", "0")
-        self._trust_ctime = True
 
     def _identity(self, kind: str, override: Identity | None) -> pygit2.Signature:
         if override is not None:
@@ -359,11 +363,25 @@ class Committer:
             if self._closed:
                 raise GitError("the committer is closed")
             self._queue.append(pending)
+            if not pending.heal:
+                self._writers[threading.get_ident()] = time.monotonic()
+            self._arrivals.notify()
             while not pending.done and self._leading:
                 self._cv.wait()
             if pending.done:
                 return pending.outcome()
             self._leading = True
+            # Under concurrency, the writers of the last batch are re-queueing right now;
+            # a moment's wait folds every active writer into one commit, instead of
+            # commits alternating between groups (each costs a full index write).
+            now = time.monotonic()
+            self._writers = {t: w for t, w in self._writers.items() if now - w < _ACTIVE_SECONDS}
+            deadline = now + _GATHER_SECONDS
+            while len(self._queue) < len(self._writers):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._arrivals.wait(remaining)
             batch, self._queue = self._queue, []
         try:
             self._run_batch(batch)
@@ -434,12 +452,15 @@ class Committer:
         self, path: str, full: str, st: os.stat_result, tip_tree: pygit2.Tree | None
     ) -> _Blob | None:
         if stat.S_ISLNK(st.st_mode):
-            data = os.fsencode(os.readlink(full))
+            try:
+                data = os.fsencode(os.readlink(full))
+            except (FileNotFoundError, NotADirectoryError):
+                return None  # removed while we looked: snapshot it as gone
             mode = _MODE_LINK
         elif stat.S_ISREG(st.st_mode):
             try:
                 fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 return None
             try:
                 st = os.fstat(fd)
@@ -470,7 +491,10 @@ class Committer:
                 if entry.name.lower() == ".git" or child == _LOCAL_DIR:
                     continue
                 tracked = tip_tree is not None and child in tip_tree
-                st = entry.stat(follow_symlinks=False)
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
                 if stat.S_ISDIR(st.st_mode):
                     if os.path.lexists(os.path.join(entry.path, ".git")):
                         continue  # a nested repository: not ours to snapshot
@@ -490,6 +514,10 @@ class Committer:
     def _commit_batch(self, live: list[_Pending]) -> None:
         ref, tip = self._resolve_head()
         plan = self._plan(live, tip)
+        if plan.new_tip is None and self._index_agrees(plan):
+            for item in live:
+                item.succeed(None)  # nothing to commit, nothing to fix: no lock needed
+            return
         index_lock = self._acquire(self._gitdir / "index", self._index_lock_timeout, required=False)
         try:
             for _attempt in range(_MAX_CAS_ATTEMPTS):
@@ -785,6 +813,16 @@ class Committer:
             desired[path] = None if found is None else _Blob(found[0], found[1], b"", None)
         return desired
 
+    def _index_agrees(self, plan: _Plan) -> bool:
+        """Whether the index already holds the plan's state (an unlocked look)."""
+        index = self._load_index()
+        if index is None:
+            return True  # an index we cannot rewrite: nothing to do either way
+        return all(
+            index.get(os.fsencode(path)) == (None if blob is None else (blob.oid.raw, blob.mode))
+            for path, blob in self._desired(plan).items()
+        )
+
     def _remember(self, paths: Iterable[str]) -> None:
         now = time.monotonic()
         for path in paths:
@@ -828,14 +866,7 @@ class Committer:
             return
         _, tip = self._resolve_head()
         plan = _Plan(None, [], {}, "", self._tree_of(tip))
-        index = self._load_index()  # unlocked look first: usually nothing to do
-        if index is None:
-            return
-        wanted = [(os.fsencode(p), blob) for p, blob in self._desired(plan).items()]
-        if all(
-            index.get(key) == (None if blob is None else (blob.oid.raw, blob.mode))
-            for key, blob in wanted
-        ):
+        if self._index_agrees(plan):
             return
         lock = self._acquire(self._gitdir / "index", _HEAL_LOCK_TIMEOUT, required=False)
         if lock is None:
@@ -932,6 +963,8 @@ class Committer:
 # --------------------------------------------------------------------------- internals
 
 _MAX_CAS_ATTEMPTS = 64
+_GATHER_SECONDS = 0.005
+_ACTIVE_SECONDS = 0.5
 _RECENT_MAX = 128
 _WATCH_SECONDS = 10.0
 _WATCH_INTERVAL = 0.01
@@ -1162,17 +1195,21 @@ class _Marker:
 
     def __init__(self, directory: Path) -> None:
         self.pid = os.getpid()
-        self.path = directory / f"proc-{self.pid}-{secrets.token_hex(6)}"
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        name = f"{self.pid}-{secrets.token_hex(6)}"
+        self.path = directory / f"proc-{name}"
+        # Flocked before it gets the name sweepers look at, so none can take it for dead.
+        fresh = directory / f"new-{name}"
+        self.fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         os.write(self.fd, f"jpfs pid {self.pid}\n".encode())
+        os.rename(fresh, self.path)
 
     @classmethod
-    def for_dir(cls, directory: Path) -> _Marker:
+    def for_dir(cls, directory: Path, *, renew: bool = False) -> _Marker:
         with cls._lock:
             marker = cls._by_dir.get(directory)
             # After a fork the child shares the parent's flock; it needs its own.
-            if marker is None or marker.pid != os.getpid():
+            if renew or marker is None or marker.pid != os.getpid():
                 marker = cls._by_dir[directory] = cls(directory)
             return marker
 
@@ -1222,7 +1259,11 @@ class _LockFile:
     def _register(self) -> None:
         st = os.fstat(self._fd)
         owner = self._owners / f"{st.st_dev}-{st.st_ino}-{st.st_ctime_ns}"
-        os.link(_Marker.for_dir(self._owners).path, owner)
+        try:
+            os.link(_Marker.for_dir(self._owners).path, owner)
+        except FileNotFoundError:
+            # Someone removed our marker (by hand?): make a new one.
+            os.link(_Marker.for_dir(self._owners, renew=True).path, owner)
         self._owner = owner
 
     def commit(self) -> None:
@@ -1240,6 +1281,10 @@ class _LockFile:
         try:
             os.unlink(self._owner)
             action()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)  # never leave an unregistered lock behind
+            raise
         finally:
             os.close(self._fd)
             self._fd, self._owner = -1, None
@@ -1298,6 +1343,11 @@ def _sweep_owner_file(owner: Path) -> None:
             return
         if owner.name.startswith("proc-"):
             os.unlink(owner)  # its registrations keep the inode alive for breakers
+            return
+        if owner.name.startswith("new-"):
+            # Possibly between creation and flock in a live process: only when old.
+            if os.fstat(ofd).st_mtime < time.time() - 3600:
+                os.unlink(owner)
             return
         created_ns = int(owner.name.rsplit("-", 1)[-1])
         if time.time_ns() - created_ns > 86_400 * 1_000_000_000:

@@ -231,11 +231,25 @@ def deliver(ws: Workspace, conv: Conversation) -> bool:
     pending = mail.pending_input(ws, conv.id)
     if not pending:
         return False
-    from jpfs.query import submit
-
     mail.mark_read(ws, conv.id, pending, commit=False)
-    # submit commits the conversation's directory: the input and the read marks together.
-    submit(ws, conv, mail.as_input(pending))
+    text = mail.as_input(pending)
+    state = tree.state_of(conv)
+    if state in (State.IDLE, State.FAILED):
+        if state is State.FAILED:
+            conv.update(status="active")
+        conv.append_event("user", text, {"mail": [m.id for m in pending]})
+        # The input and the read marks in one commit; not the (maybe running) children.
+        paths = [
+            *runs.own_paths(ws, conv),
+            *(ws.rel(mail.message_path(ws, conv.id, m.id)) for m in pending),
+        ]
+        record.commit(
+            ws, conv.id, "input", paths=paths, agent=conv.meta().get("agent"), note="(mail)"
+        )
+    else:
+        from jpfs.query import submit
+
+        submit(ws, conv, text)  # task or answers; commits the directory, read marks included
     return True
 
 

@@ -33,6 +33,7 @@ import datetime as dt
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,10 +205,18 @@ def _load(path: Path) -> Message:
     )
 
 
-def _write_new(path: Path, text: str) -> bool:
+def _tmp(ws: Workspace, path: Path) -> Path:
+    """A temporary file outside the conversation tree: a commit of the inbox's directory
+    running meanwhile never sees it (come and go)."""
+    tmp_dir = ws.local_dir / "tmp"
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    return tmp_dir / f"{path.name}.{os.getpid()}.{threading.get_ident()}.jpfs-tmp"
+
+
+def _write_new(ws: Workspace, path: Path, text: str) -> bool:
     """Create ``path`` with ``text`` unless it exists (hard link: all or nothing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.jpfs-tmp")
+    tmp = _tmp(ws, path)
     tmp.write_text(text, encoding="utf-8")
     try:
         os.link(tmp, path)
@@ -255,7 +264,7 @@ def send(
     )
     path = message_path(ws, to, msg.id)
     event_name = "status" if kind == "status" else "mail"
-    if not _write_new(path, msg.render()):
+    if not _write_new(ws, path, msg.render()):
         if msg_id is None:
             raise ExistsError(f"message {msg.id} already exists in {to}")
         # A retry after a crash: committing again is a no-op once it is committed.
@@ -297,7 +306,7 @@ def mark_read(ws: Workspace, conv_id: str, msgs: Sequence[Message], *, commit: b
         if msg.read:
             continue
         path = message_path(ws, conv_id, msg.id)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.jpfs-tmp")
+        tmp = _tmp(ws, path)
         tmp.write_text(dataclasses.replace(msg, read=True).render(), encoding="utf-8")
         os.replace(tmp, path)
         paths.append(path)

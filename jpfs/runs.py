@@ -36,12 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jpfs.conversation import ANSWERS, EVENTS, FILES, QUESTIONS, RESULT
 from jpfs.providers.base import Cancelled
+from jpfs.scope import CONVERSATION_TOML, TASK
 from jpfs.state import State
 
 if TYPE_CHECKING:
     from jpfs.conversation import Conversation
     from jpfs.runtime import Runner
+    from jpfs.workspace import Workspace
 
 log = logging.getLogger("jpfs.runs")
 
@@ -82,6 +85,19 @@ def status_of(toml: Path) -> str:
             return str(tomllib.load(fh).get("status", ""))
     except (OSError, tomllib.TOMLDecodeError):
         return ""
+
+
+def own_paths(ws: Workspace, conv: Conversation) -> list[str]:
+    """What a run of ``conv`` commits: its own files, never a descendant's or its inbox.
+
+    A child may be mid-write while its parent commits (forks run concurrently), and
+    its steps belong in its own commits; mail commits itself.
+    """
+    names = (CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, EVENTS, FILES)
+    # Existing ones only: a run never deletes them, and naming a missing path that is
+    # later a directory trips the committer's index sync (a committer bug).
+    paths = [conv.path / name for name in names]
+    return [ws.rel(p) for p in paths if os.path.lexists(p)] or [ws.rel(conv.path)]
 
 
 def cancel_event(runner: Runner, conv: Conversation) -> threading.Event:

@@ -98,6 +98,7 @@ class Runner:
 
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
         agent = str(conv.meta().get("agent") or "agent")
+        kwargs.setdefault("paths", runs.own_paths(self.ws, conv))  # not running children's
         record.commit(self.ws, conv.id, event, agent=agent, author=agent_identity(agent), **kwargs)
 
     def commit_caller_edits(self, conv: Conversation) -> None:
@@ -159,7 +160,7 @@ class Runner:
         pending = messages.pending_tool_calls(events)
         if pending:
             self.run_tools(conv, pending)
-            self.commit_edits(conv)
+            self.commit_edits(conv, [str(c["name"]) for c in pending])
             return False
         config = conv.config
         tools = self.tools_for(conv)
@@ -213,12 +214,14 @@ class Runner:
 
         return branches.files_root(self.ws, conv)
 
-    def commit_edits(self, conv: Conversation) -> None:
+    def commit_edits(self, conv: Conversation, tools: list[str] | None = None) -> None:
         """Commit the agent's file edits onto its branch (branch workspaces only)."""
         from jpfs import branches
 
         agent = str(conv.meta().get("agent") or "agent")
-        branches.commit_edits(self.ws, conv.id, agent=agent, author=agent_identity(agent))
+        branches.commit_edits(
+            self.ws, conv.id, agent=agent, author=agent_identity(agent), tools=tools
+        )
 
     def run_tools(self, conv: Conversation, calls: list[dict[str, Any]]) -> None:
         tools = self.tools_for(conv)

@@ -87,7 +87,8 @@ class TreeView:
             shown = self.label(conv, state)
             last = self.last(conv, state, names)
         except FormatError as exc:
-            meta, shown, last = {}, "broken", _last_line(str(exc))
+            meta, shown = {}, "broken"
+            last = _last_line(str(exc).replace(f"{conv.path}{os.sep}", ""))
         config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
         now = time.time()
         if shown == "running":
@@ -97,7 +98,7 @@ class TreeView:
             elapsed = now - max((_mtime(p) for p in changed), default=now)
         return Row(
             id=conv_id,
-            depth=ids.depth(conv_id) - base_depth,
+            depth=ids.depth(conv_id) - base_depth - 1,
             state=shown,
             agent=str(meta.get("agent", "")),
             model=str(config.get("model", "")) if config else "",
@@ -130,7 +131,7 @@ class TreeView:
         return ""
 
     def rows(self, under: str | None = None, *, include_hidden: bool = False) -> list[Row]:
-        base = ids.depth(under) + 1 if under else 0
+        base = ids.depth(under) if under else 0
         out = []
         hidden: list[str] = []
         for conv_id in tree.walk(self.ws.conv_root, under):
@@ -186,7 +187,7 @@ def render(rows: list[Row], header: str = "") -> str:
         )
         for row in rows
     ]
-    widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(HEADERS)]
+    widths = [max([len(h), *(len(r[i]) for r in table)]) for i, h in enumerate(HEADERS)]
     lines = [header] if header else []
     for cells in [HEADERS, *table]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())

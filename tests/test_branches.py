@@ -7,6 +7,7 @@ the user's uncommitted work surviving every merge.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from jpfs.conversation import Conversation
 from jpfs.runtime import Runner
 from jpfs.tools.registry import catalog
 from jpfs.workspace import open_workspace
-from tests.conftest import Result, git, write_profile
+from tests.conftest import Result, git, wait_until, write_profile
 
 IMPL = """
 model = "script"
@@ -96,19 +97,37 @@ def project(ws: Path) -> Path:
     return ws
 
 
+def user_git(repo: Path, *args: str) -> str:
+    """A user's git command: retried while a jpfs process briefly holds index.lock."""
+    out: list[str] = []
+
+    def attempt() -> bool:
+        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+        if proc.returncode != 0 and "index.lock" not in proc.stderr:
+            raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
+        out.append(proc.stdout)
+        return proc.returncode == 0
+
+    wait_until(attempt, timeout=10, message=f"git {' '.join(args)} to get index.lock")
+    return out[-1]
+
+
 def dirty_user_work(repo: Path) -> None:
     """Uncommitted work of every kind: modified, staged, untracked."""
     with (repo / "README.md").open("a", encoding="utf-8") as fh:
         fh.write("my unsaved thoughts\n")
     (repo / "staged.txt").write_text("staged by the user\n", encoding="utf-8")
-    git(repo, "add", "staged.txt")
+    user_git(repo, "add", "staged.txt")
     (repo / "scratch.txt").write_text("untracked\n", encoding="utf-8")
 
 
 def assert_user_work_intact(repo: Path) -> None:
+    # Project files only: the index entries of conversation files are the committer's
+    # business (tests/test_committer.py).
+    project = ["--", ".", ":(exclude)conversations"]
     assert (repo / "README.md").read_text(encoding="utf-8").endswith("my unsaved thoughts\n")
-    assert git(repo, "diff", "--cached", "--name-only").split() == ["staged.txt"]
-    assert git(repo, "diff", "--name-only").split() == ["README.md"]
+    assert git(repo, "diff", "--cached", "--name-only", *project).split() == ["staged.txt"]
+    assert git(repo, "diff", "--name-only", *project).split() == ["README.md"]
     assert (repo / "scratch.txt").read_text(encoding="utf-8") == "untracked\n"
 
 
@@ -180,17 +199,18 @@ def test_best_of_n_parallel_branches_merge_one_conflict_other(
     assert_user_work_intact(project)
     head = git(project, "rev-parse", "HEAD").strip()
     merge_commit = Conversation(ws.conv_root, alpha).meta()["merged"]
-    assert git(project, "rev-parse", f"{merge_commit}^2").strip() == git(
-        project, "rev-parse", f"jpfs/{alpha}/_"
-    ).strip()
+    assert (
+        git(project, "rev-parse", f"{merge_commit}^2").strip()
+        == git(project, "rev-parse", f"jpfs/{alpha}/_").strip()
+    )
 
     # ...and sees the conflict of the other: nothing changes.
-    index_before = git(project, "ls-files", "-s")
+    index_before = git(project, "ls-files", "-s", "--", ".", ":(exclude)conversations")
     failed = cli("merge", beta)
     assert failed.code == 1
     assert "conflict in shared.txt" in failed.stderr and "nothing was changed" in failed.stderr
     assert git(project, "rev-parse", "HEAD").strip() == head
-    assert git(project, "ls-files", "-s") == index_before
+    assert git(project, "ls-files", "-s", "--", ".", ":(exclude)conversations") == index_before
     assert (project / "shared.txt").read_text(encoding="utf-8") == "alpha\nline2\nline3\n"
     assert_user_work_intact(project)
 
@@ -267,15 +287,18 @@ def test_merge_never_overwrites_uncommitted_changes(ws: Path, cli: Callable[...,
     assert branches.commit_edits(workspace, "fix") is not None
     head = git(ws, "rev-parse", "HEAD")
 
-    cases: list[tuple[Callable[[], None], Callable[[], None], str]] = [
+    cases: list[tuple[Callable[[], object], Callable[[], object], str]] = [
         (  # modified, not staged
             lambda: (ws / "README.md").write_text("mine\n", encoding="utf-8"),
-            lambda: git(ws, "checkout", "README.md"),
+            lambda: user_git(ws, "checkout", "README.md"),
             "README.md",
         ),
         (  # staged
-            lambda: ((ws / "README.md").write_text("mine\n", encoding="utf-8"), git(ws, "add", "README.md")),
-            lambda: git(ws, "reset", "-q", "--hard"),
+            lambda: (
+                (ws / "README.md").write_text("mine\n", encoding="utf-8"),
+                user_git(ws, "add", "README.md"),
+            ),
+            lambda: user_git(ws, "reset", "-q", "--hard"),
             "README.md",
         ),
         (  # an untracked file where the merge would create one
@@ -287,15 +310,15 @@ def test_merge_never_overwrites_uncommitted_changes(ws: Path, cli: Callable[...,
     for make, undo, path in cases:
         make()
         before = (ws / path).read_text(encoding="utf-8")
-        index = git(ws, "ls-files", "-s")
+        index = git(ws, "ls-files", "-s", "--", ".", ":(exclude)conversations")
         result = cli("merge", "fix")
         assert result.code == 1 and "would overwrite uncommitted changes" in result.stderr
         assert path in result.stderr
         assert (ws / path).read_text(encoding="utf-8") == before
-        assert git(ws, "ls-files", "-s") == index
+        assert git(ws, "ls-files", "-s", "--", ".", ":(exclude)conversations") == index
         assert git(ws, "rev-parse", "HEAD") == head
         undo()
     ok = cli("merge", "fix")
     assert ok.code == 0, ok.stderr
     assert (ws / "README.md").read_text(encoding="utf-8") == "# project, fixed\n"
-    assert git(ws, "status", "--porcelain", "--untracked-files=no") == ""
+    assert git(ws, "status", "--porcelain", "-uno", "--", ".", ":(exclude)conversations") == ""

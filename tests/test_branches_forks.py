@@ -16,7 +16,7 @@ from jpfs.merge import merge
 from jpfs.tools import fs
 from jpfs.tools.base import ToolContext
 from jpfs.workspace import Workspace, open_workspace
-from tests.conftest import Result, git, no_thread_leak, write_profile
+from tests.conftest import Result, git, write_profile
 
 BRANCH = """
 model = "script"
@@ -140,16 +140,15 @@ def test_merge_races_with_the_committer_and_loses_nothing(wsp: Workspace) -> Non
             record.commit(wsp, "busy", "edit", note=str(n))
             done.append(str(n))
 
-    with no_thread_leak():
-        worker = threading.Thread(target=churn)
-        worker.start()
-        try:
-            result = merge(wsp, "a")
-        finally:
-            stop.set()
-            worker.join()
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        result = merge(wsp, "a")
+    finally:
+        stop.set()
+        worker.join()
     assert not result.already
-    log = git(wsp.root, "log", "--format=%s", "main")
+    log = git(wsp.root, "log", "--format=%B", "main")  # group commits list their changes
     for n in done:
         assert f"jpfs(busy): edit {n}\n" in log
     assert git(wsp.root, "merge-base", "--is-ancestor", result.commit, "main") == ""
@@ -189,7 +188,9 @@ def test_gc_removes_killed_merged_and_orphaned_worktrees_and_reports_the_rest(
     for name in ("killed", "merged", "idle", "orphan", "vanished", "running"):
         fork(wsp, name)
     # A killed child's uncommitted work is committed onto its branch before removal.
-    (branches.files_root(wsp, Conversation(wsp.conv_root, "killed")) / "wip.txt").write_text("wip\n")
+    (branches.files_root(wsp, Conversation(wsp.conv_root, "killed")) / "wip.txt").write_text(
+        "wip\n"
+    )
     Conversation(wsp.conv_root, "killed").update(status="killed")
     edit(wsp, "merged", "m.txt", "m\n")
     merge(wsp, "merged")
@@ -206,12 +207,16 @@ def test_gc_removes_killed_merged_and_orphaned_worktrees_and_reports_the_rest(
     assert result.code == 0, result.stderr
     assert "removed worktree killed (killed)" in result.stdout
     assert "removed worktree merged (merged)" in result.stdout
-    assert "removed worktree .jpfs/local/worktrees/orphan (no conversation uses it)" in result.stdout
+    assert (
+        "removed worktree .jpfs/local/worktrees/orphan (no conversation uses it)" in result.stdout
+    )
     assert "kept worktree idle (active, not merged)" in result.stderr
     assert "kept worktree running (in use by a run)" in result.stderr
     listed = git(wsp.root, "worktree", "list", "--porcelain")
     assert "prunable" not in listed
-    kept = sorted(Path(line.split()[1]).name for line in listed.splitlines() if line.startswith("worktree "))
+    kept = sorted(
+        Path(line.split()[1]).name for line in listed.splitlines() if line.startswith("worktree ")
+    )
     assert kept == sorted([wsp.root.name, "idle", "running"])
     assert git(wsp.root, "show", "jpfs/killed/_:wip.txt") == "wip\n"  # branch kept, work saved
     # A merged child that is continued gets its worktree back.
@@ -220,3 +225,36 @@ def test_gc_removes_killed_merged_and_orphaned_worktrees_and_reports_the_rest(
     edit(wsp, "merged", "m.txt", "m2\n")
     assert not merge(wsp, "merged").already
     assert (wsp.root / "m.txt").read_text(encoding="utf-8") == "m2\n"
+
+
+def test_forks_made_outside_new_conversation_get_their_branch(wsp: Workspace) -> None:
+    from jpfs.conversation import create
+    from jpfs.runtime import Runner
+
+    fork(wsp, "a")
+    tip = edit(wsp, "a", "a.txt", "a\n")
+    # A fork of a branch conversation forks its branch too.
+    copy = lifecycle.fork_conversation(wsp, "a")
+    meta = copy.meta()
+    assert meta["branch"] == f"jpfs/{copy.id}/_" and meta["base"] == tip
+    # One created without its fork (daemon adoption, batch onboarding) gets it on its
+    # first run, from its parent's workspace as it is then.
+    late = create(wsp.conv_root, "a/late", agent="impl", config=lifecycle.agent_config(wsp, "impl"))
+    assert "branch" not in late.meta()
+    root = Runner(wsp).files_root(late)
+    assert late.meta()["branch"] == "jpfs/a/late/_"
+    assert (root / "a.txt").read_text(encoding="utf-8") == "a\n"
+    assert git(wsp.root, "log", "-1", "--format=%s").strip() == "jpfs(a/late): branch jpfs/a/late/_"
+
+
+def test_an_edited_record_cannot_redirect_branch_operations(wsp: Workspace) -> None:
+    git(wsp.root, "branch", "precious")
+    fork(wsp, "a")
+    conv = Conversation(wsp.conv_root, "a")
+    conv.update(branch="precious")
+    with pytest.raises(ScopeError, match="restore those"):
+        worktrees.discard(wsp, "a")
+    conv.update(branch="jpfs/a/_", worktree="../../outside")
+    with pytest.raises(ScopeError):
+        branches.files_root(wsp, conv)
+    assert git(wsp.root, "branch", "--list", "precious").strip() == "precious"

@@ -107,11 +107,13 @@ def test_onboarding_round_trip_driven_by_editor_saves(started: Path) -> None:
     history = log_lines(ws, "conversations/r1")
     subjects = [line.split("|", 1)[1] for line in history]
     # The human's input is committed (as the user) before the agent reacts to it.
-    assert subjects.index("jpfs(r1): task") < subjects.index("jpfs(r1): new (defaults)")
-    assert subjects.index("jpfs(r1): new (defaults)") < subjects.index("jpfs(r1): questions")
+    assert subjects.index("jpfs(r1): task") < subjects.index("jpfs(r1): questions")
     assert subjects.index("jpfs(r1): questions") < subjects.index("jpfs(r1): answers")
     assert subjects.index("jpfs(r1): answers") < subjects.index("jpfs(r1): ready")
     assert subjects[-1] == "jpfs(r1): result"
+    first = git(ws, "log", "--reverse", "--format=%H", "--", "conversations/r1").split()[0]
+    files = git(ws, "show", "--name-only", "--format=", first).split()
+    assert files == ["conversations/r1/conversation.toml", "conversations/r1/task.md"]
     authors = dict(reversed([line.split("|", 1)[::-1] for line in history]))
     assert authors["jpfs(r1): task"] == "Test User"
     assert authors["jpfs(r1): answers"] == "Test User"

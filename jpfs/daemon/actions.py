@@ -19,7 +19,7 @@ from jpfs.conversation import Conversation, now
 from jpfs.errors import FormatError, ProfileError
 from jpfs.providers.base import Cancelled, Reply, Request
 from jpfs.runtime import Runner
-from jpfs.scope import CONVERSATION_TOML, TASK
+from jpfs.scope import TASK
 from jpfs.state import AGENT_ACTS, State, derive
 from jpfs.workspace import Workspace
 
@@ -71,7 +71,8 @@ def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
     """Fill conversation.toml of a conversation a human started with only task.md.
 
     Keeps whatever the human already wrote there (comments too); the agent defaults to
-    ``conversations.default_agent`` and must be one of ``agents.allowed``.
+    ``conversations.default_agent`` and must be one of ``agents.allowed``. The caller
+    commits it, with the human's task.md.
     """
     meta = conv.meta()
     agent = str(meta.get("agent") or ws.config["conversations.default_agent"])
@@ -91,8 +92,6 @@ def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
         "base": base,
     }
     conv.update(**{k: v for k, v in fields.items() if k not in meta}, config=config)
-    rel = f"{ws.conv_root_rel}/{conv.id}/{CONVERSATION_TOML}"
-    record.commit(ws, conv.id, "new", agent=agent, paths=[rel], note="(defaults)")
     return agent
 
 

@@ -20,12 +20,14 @@ whose files' stat signature did not change since the last look and needed nothin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from jpfs import locks, tree
@@ -42,8 +44,21 @@ log = logging.getLogger("jpfs.daemon")
 
 TOP_FILES = (TASK, ANSWERS, CONVERSATION_TOML)
 _SIG_FILES = (CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, EVENTS, INBOX)
+# Conversations looked at together (locks held at once, commits in flight at once).
+CHUNK = 32
 _DONE = "done"
 _RESCAN = "rescan"
+
+
+@dataclass
+class Serving:
+    """A conversation being looked at, its run lock held."""
+
+    conv_id: str
+    conv: Conversation | None
+    verdict: actions.Verdict
+    groups: dict[str, list[str]]  # conversation id -> files to commit as the user's edit
+    adopted: bool = False
 
 
 @dataclass
@@ -157,96 +172,143 @@ class Reconciler:
         self.due.setdefault(conv_id, now)
 
     def stable_at(self, path: str) -> float:
+        """When ``path`` counts as saved. Changes arrive after ``debounce`` seconds of
+        quiet (the watcher's), so a complete save is settled on arrival."""
         st = self.files.get(path)
-        if st is None:
-            return 0.0
-        return st.last + (self.debounce if st.complete else self.settle)
+        if st is None or st.complete:
+            return st.last if st is not None else 0.0
+        return st.last + max(0.0, self.settle - self.debounce)
 
     def process_due(self) -> None:
         now = time.monotonic()
-        for conv_id in [c for c, t in self.due.items() if t <= now]:
+        due = [c for c, t in self.due.items() if t <= now]
+        for conv_id in due:
             del self.due[conv_id]
-            try:
-                self.reconcile(conv_id)
-            except Exception as exc:  # one conversation must never stop the daemon
-                log.exception("reconciling %r failed", conv_id)
-                self.on_error(f"{conv_id}: {exc}")
+        for n in range(0, len(due), CHUNK):
+            self.reconcile(due[n : n + CHUNK])
 
-    # -- one conversation -------------------------------------------------------------------
-    def reconcile(self, conv_id: str) -> None:
+    # -- conversations ----------------------------------------------------------------------
+    def reconcile(self, conv_ids: list[str]) -> None:
+        """Look at these conversations: commit their edits together, then act on each.
+
+        The edits of all of them are committed concurrently, so the committer's group
+        commit lands a burst of saves in a few commits instead of one after another.
+        """
+        serving: list[Serving] = []
+        with contextlib.ExitStack() as held:
+            for conv_id in conv_ids:
+                try:
+                    item = self.prepare(conv_id, held)
+                except Exception as exc:  # one conversation must never stop the daemon
+                    log.exception("reconciling %r failed", conv_id)
+                    self.on_error(f"{conv_id}: {exc}")
+                    continue
+                if item is not None:
+                    serving.append(item)
+            committed = self.commit_all([g for item in serving for g in item.groups.items()])
+            for item in serving:
+                try:
+                    self.conclude(item, committed)
+                except Exception as exc:
+                    log.exception("reconciling %r failed", item.conv_id)
+                    self.on_error(f"{item.conv_id}: {exc}")
+        for item in serving:  # the run locks are released: the pool may take them
+            self.backoff.pop(item.conv_id, None)
+            self.forget(item.conv_id)
+            if item.verdict.need is Need.RUN:
+                self.pool.submit(item.conv_id)
+
+    def prepare(self, conv_id: str, held: contextlib.ExitStack) -> Serving | None:
+        """Take the run lock, adopt, find the edits to commit; None: nothing to do now."""
         paths = self.touched.get(conv_id, set())
         settled = max((self.stable_at(p) for p in paths), default=0.0)
         if settled > time.monotonic():
             self.due[conv_id] = settled
-            return
-        if not conv_id:
-            self.commit_edits(paths)
-            self.forget("")
-            return
+            return None
+        if not conv_id:  # files at the root belong to no conversation
+            return Serving("", None, actions.Verdict(Need.NOTHING), self.dirty(paths))
         if self.pool.is_running(conv_id):
-            return  # the pool calls back when the run ends; touched paths wait till then
+            return None  # the pool calls back when the run ends; touched paths wait till then
         try:
             conv = Conversation(self.ws.conv_root, conv_id)
         except IdError:
             self.forget(conv_id)
-            return
+            return None
         if not paths:
             # The common case of a scan: nothing touched and nothing needed, no lock taken.
             verdict = actions.needs(conv)
             if verdict.need is Need.NOTHING:
                 self.seen[conv_id] = (signature(conv), verdict.need)
-                return
+                return None
         try:
-            with locks.conversation_lock(self.ws.local_dir, conv_id):
-                verdict = self.serve(conv, paths)
+            held.enter_context(locks.conversation_lock(self.ws.local_dir, conv_id))
         except LockError:
             wait = min(self.backoff.get(conv_id, 0.05) * 2, 2.0)
             self.backoff[conv_id] = wait
             self.due[conv_id] = time.monotonic() + wait
-            return
-        self.backoff.pop(conv_id, None)
-        self.forget(conv_id)
-        if verdict.need is Need.RUN:
-            self.pool.submit(conv_id)
-
-    def serve(self, conv: Conversation, paths: set[str]) -> actions.Verdict:
-        """Under the run lock: commit the human's edits, adopt, record errors."""
+            return None
         assert self.head is not None
         verdict = actions.needs(conv)
-        candidates = set(paths)
-        if paths or verdict.need is not Need.NOTHING:
-            candidates.update(f"{conv.id}/{name}" for name in TOP_FILES)
-        if candidates:
-            self.commit_edits(candidates)
-            verdict = actions.needs(conv)
+        adopted = False
         if verdict.need is Need.ADOPT:
             try:
                 agent = actions.adopt(self.ws, conv, self.head.refresh())
                 log.info("%s: new conversation from task.md (agent %s)", conv.id, agent)
-                verdict = actions.needs(conv)
+                adopted = True
             except JpfsError as exc:
                 verdict = actions.Verdict(Need.BROKEN, reason=str(exc).splitlines()[0])
-        if verdict.need is Need.BROKEN:
-            log.warning("%s: %s", conv.id, verdict.reason)
-            self.on_error(f"{conv.id}: {verdict.reason}")
-            actions.record_failure(self.ws, conv, verdict.reason)
-        self.seen[conv.id] = (signature(conv), verdict.need)
-        return verdict
+        candidates = set(paths)
+        if paths or verdict.need is not Need.NOTHING:
+            candidates.update(f"{conv.id}/{name}" for name in TOP_FILES)
+        return Serving(conv_id, conv, verdict, self.dirty(candidates), adopted)
 
-    def commit_edits(self, paths: set[str]) -> None:
+    def dirty(self, paths: set[str]) -> dict[str, list[str]]:
+        """Files among ``paths`` (directories expanded) that differ from HEAD, by conversation."""
         assert self.head is not None
+        if not paths:
+            return {}
         self.head.refresh()
         groups: dict[str, set[str]] = {}
         for path in paths:
             for rel in edits.expand(self.ws, self.head, path):
                 if edits.differs(self.ws, self.head, rel):
                     groups.setdefault(edits.conv_of(rel)[0], set()).add(rel)
-        for conv_id, found in sorted(groups.items()):
-            rels = sorted(found)
-            sha = edits.commit_edits(self.ws, conv_id, rels)
-            if sha:
-                shown = ", ".join(rels)
-                log.info("%s: committed the user's edit of %s", conv_id or "(root)", shown)
+        return {conv_id: sorted(rels) for conv_id, rels in groups.items()}
+
+    def commit_all(self, groups: list[tuple[str, list[str]]]) -> set[str]:
+        """Commit each conversation's edits (as the user); returns the ids committed."""
+        done: set[str] = set()
+
+        def one(group: tuple[str, list[str]]) -> None:
+            conv_id, rels = group
+            try:
+                if edits.commit_edits(self.ws, conv_id, rels):
+                    log.info("%s: committed the user's edit of %s", conv_id or "(root)",
+                             ", ".join(rels))  # fmt: skip
+                done.add(conv_id)
+            except JpfsError as exc:
+                log.error("%s: cannot commit the user's edit: %s", conv_id or "(root)", exc)
+                self.on_error(f"{conv_id}: {exc}")
+
+        if len(groups) <= 1:
+            for group in groups:
+                one(group)
+        else:
+            with ThreadPoolExecutor(min(len(groups), CHUNK), "jpfs-commit") as fan:
+                list(fan.map(one, groups))
+        return done
+
+    def conclude(self, item: Serving, committed: set[str]) -> None:
+        """Still under the lock: what the committed files call for; record a broken one."""
+        if item.conv is None:
+            return
+        if item.conv_id in committed or item.adopted:
+            item.verdict = actions.needs(item.conv)
+        if item.verdict.need is Need.BROKEN:
+            log.warning("%s: %s", item.conv_id, item.verdict.reason)
+            self.on_error(f"{item.conv_id}: {item.verdict.reason}")
+            actions.record_failure(self.ws, item.conv, item.verdict.reason)
+        self.seen[item.conv_id] = (signature(item.conv), item.verdict.need)
 
     def forget(self, conv_id: str) -> None:
         for path in self.touched.pop(conv_id, set()):
@@ -256,27 +318,31 @@ class Reconciler:
     def scan(self, *, full: bool) -> None:
         """Look at every conversation whose files changed (all of them when ``full``)."""
         started = time.monotonic()
-        looked = 0
+        looked: list[str] = []
         live = set()
         for conv_id in tree.walk(self.ws.conv_root):
             live.add(conv_id)
-            conv = Conversation(self.ws.conv_root, conv_id)
             last = self.seen.get(conv_id)
             if (
                 not full
                 and last is not None
                 and last[1] is Need.NOTHING
-                and last[0] == signature(conv)
+                and last[0] == signature(Conversation(self.ws.conv_root, conv_id))
             ):
                 continue
-            looked += 1
-            self.check(conv_id)
+            if conv_id in self.touched:  # its files are settling: it is due anyway
+                self.due.setdefault(conv_id, time.monotonic())
+                continue
+            looked.append(conv_id)
+            if len(looked) % CHUNK == 0:
+                self.reconcile(looked[-CHUNK:])
+        self.reconcile(looked[len(looked) - len(looked) % CHUNK :])
         for gone in set(self.seen) - live:
             del self.seen[gone]
         self.scans += 1
         self.next_scan = time.monotonic() + self.scan_interval
         took = time.monotonic() - started
-        log.debug("scan: looked at %d of %d in %.3fs", looked, len(live), took)
+        log.debug("scan: looked at %d of %d in %.3fs", len(looked), len(live), took)
 
     def scan_under(self, conv_id: str) -> None:
         """A directory appeared: its files may predate the watch on it."""
@@ -284,17 +350,6 @@ class Reconciler:
         found += list(tree.walk(self.ws.conv_root, conv_id or None))
         for cid in found:
             self.due.setdefault(cid, time.monotonic())
-
-    def check(self, conv_id: str) -> None:
-        """Look at a conversation now unless touched paths make it wait."""
-        if conv_id in self.touched:
-            self.due.setdefault(conv_id, time.monotonic())
-            return
-        try:
-            self.reconcile(conv_id)
-        except Exception as exc:
-            log.exception("reconciling %r failed", conv_id)
-            self.on_error(f"{conv_id}: {exc}")
 
     def recover(self, subject: str) -> None:
         """Commit whatever differs from HEAD under the root (crash, lost events)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
-import re
 import sys
 import threading
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 from jpfs import locks
 from jpfs.conversation import Conversation
-from jpfs.daemon import actions, process
+from jpfs.daemon import actions, process, recovery
 from jpfs.daemon.actions import DaemonRunner, Need
 from jpfs.daemon.pool import Job, Pool
 from jpfs.daemon.reconciler import Reconciler
@@ -37,13 +36,8 @@ from jpfs.workspace import Workspace
 
 log = logging.getLogger("jpfs.daemon")
 
-IGNORE_FILE = ".gitignore"
-IGNORE_MARK = "# jpfs daemon: editors' swap/backup files and jpfs's temporary files"
-IGNORE_LINES = ("*.jpfs-tmp", ".*.sw?", "*~", "4913", ".#*", "\\#*#", "*___jb_tmp___",
-                "*___jb_old___", ".goutputstream-*")  # fmt: skip
 # How long a run's jp_query waits for a child that another run holds.
 CHILD_LOCK_WAIT = 600.0
-_TMP_RE = re.compile(r"^\..*\.(\d+)\.jpfs-tmp$")
 
 
 @dataclass
@@ -101,10 +95,11 @@ class Daemon:
 
     def prepare(self) -> None:
         self.ws.conv_root.mkdir(parents=True, exist_ok=True)
-        swept = sweep_temp_files(self.ws)
+        recovery.break_dead_git_locks(self.ws)
+        swept = recovery.sweep_debris(self.ws)
         if swept:
-            log.info("removed %d temporary file(s) left by killed processes", swept)
-        ensure_ignore_file(self.ws)
+            log.info("removed %d temporary file(s) or dir(s) left by killed processes", swept)
+        recovery.ensure_ignore_file(self.ws)
         self.reconciler.recover("jpfs: recover files written before a crash")
         from jpfs import background
 
@@ -258,57 +253,6 @@ class Daemon:
                 "last_error": self.stats.last_error,
             },
         )
-
-
-# -- start-up chores --------------------------------------------------------------------------
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def sweep_temp_files(ws: Workspace) -> int:
-    """Delete ``.NAME.PID.jpfs-tmp`` files whose writer is dead (a crash mid-write)."""
-    count = 0
-    for top, dirs, names in os.walk(ws.conv_root):
-        dirs[:] = [d for d in dirs if d != ".git"]
-        for name in names:
-            m = _TMP_RE.match(name)
-            if m and not pid_alive(int(m.group(1))):
-                try:
-                    os.unlink(os.path.join(top, name))
-                    count += 1
-                except FileNotFoundError:
-                    pass
-    return count
-
-
-def ensure_ignore_file(ws: Workspace) -> None:
-    """Git-ignore swap and temporary files under the root: a commit of a conversation
-    directory (the runtime snapshots it whole) must never pick up an open editor's swap
-    file or a killed writer's temporary file."""
-    path = ws.conv_root / IGNORE_FILE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
-    have = {line.strip() for line in text.splitlines()}
-    missing = [line for line in IGNORE_LINES if line not in have]
-    if not missing:
-        return
-    block = "\n".join(([IGNORE_MARK] if IGNORE_MARK not in have else []) + missing) + "\n"
-    sep = "" if not text or text.endswith("\n") else "\n"
-    path.write_text(text + sep + block, encoding="utf-8")
-    from jpfs.committer import Change
-
-    rel = f"{ws.conv_root_rel}/{IGNORE_FILE}"
-    ws.commit(Change((rel,), "jpfs: ignore editors' swap files", (("Jpfs-Event", "ignore"),)))
 
 
 # -- logging -------------------------------------------------------------------------------------

@@ -173,7 +173,12 @@ def _collect(
     sink: queue.SimpleQueue[object], stop: threading.Event, debounce: float, step: float,
     max_wait: float,
 ) -> Batch:  # fmt: skip
-    """Wait for a first event, then gather until quiet for ``debounce`` (or ``max_wait``)."""
+    """Wait for a first event, then gather until quiet for ``debounce`` (or ``max_wait``).
+
+    After a save that ended (close after write, rename into place) only ``debounce / 5``
+    of quiet is needed: what an editor does next (removing its swap or backup file)
+    follows within microseconds, and the user is waiting for the agent.
+    """
     batch = Batch()
     while not stop.is_set():
         try:
@@ -186,8 +191,9 @@ def _collect(
         return batch
     started = last = time.monotonic()
     while not stop.is_set():
+        quiet = debounce / 5 if _ended(batch) else debounce
         now = time.monotonic()
-        remaining = min(last + debounce, started + max_wait) - now
+        remaining = min(last + quiet, started + max_wait) - now
         if remaining <= 0:
             break
         try:
@@ -197,6 +203,11 @@ def _collect(
         _add(batch, item)
         last = time.monotonic()
     return batch
+
+
+def _ended(batch: Batch) -> bool:
+    last = batch.changes[-1] if batch.changes else None
+    return last is not None and not last.is_dir and last.kind in (CLOSED, MOVED_TO)
 
 
 def _add(batch: Batch, item: object) -> None:

@@ -83,8 +83,11 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
         call_id = str(ctx.services.get("call_id", ""))
         existing = find_child_for_call(ws.conv_root, ctx.conversation, call_id)
         if existing is not None:
+            # A crash between creating the child and writing its task.md: hand it the task.
+            empty = tree.state_of(Conversation(ws.conv_root, existing)) == "empty"
+            again = text if empty else None
             return str(
-                query(ws, None, conv_id=existing, within=ctx.conversation, runner=runner).wrapped()
+                query(ws, again, conv_id=existing, within=ctx.conversation, runner=runner).wrapped()
             )
         check_limits(ctx, config)
         try:
