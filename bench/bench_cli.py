@@ -33,10 +33,10 @@ from bench.common import (
     ABSENT,
     NEEDLE,
     Stats,
+    command,
     jpfs_argv,
     make_workspace,
-    measure,
-    measure_command,
+    measure_interleaved,
     ms,
     pin_environment,
     populate,
@@ -56,10 +56,16 @@ def verdict(value: float, baseline: float, target: float) -> str:
 
 
 def bench_startup(empty: Path, repeat: int) -> dict[str, Any]:
-    python = measure_command([sys.executable, "-c", "pass"], empty, repeat=repeat)
-    typer = measure_command([sys.executable, "-c", "import typer"], empty, repeat=repeat)
-    help_ = measure_command(jpfs_argv("--help"), empty, repeat=repeat)
-    ls = measure_command(jpfs_argv("conversation", "ls", "--format", "json"), empty, repeat=repeat)
+    got = measure_interleaved(
+        {
+            "python": command([sys.executable, "-c", "pass"], empty),
+            "typer": command([sys.executable, "-c", "import typer"], empty),
+            "help": command(jpfs_argv("--help"), empty),
+            "ls": command(jpfs_argv("conversation", "ls", "--format", "json"), empty),
+        },
+        repeat=repeat,
+    )
+    python, typer, help_, ls = got["python"], got["typer"], got["help"], got["ls"]
     base = typer.median
     print_table(
         f"start-up (empty workspace; median of {repeat}; target: ls <= {STARTUP_TARGET}x typer)",
@@ -94,9 +100,26 @@ def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[
     listed = len(tree.listing(conv_root))
     if listed != conversations:
         raise RuntimeError(f"listing saw {listed} conversations, expected {conversations}")
-    inproc = measure(lambda: tree.listing(conv_root), repeat=max(1, repeat // 2), warmup=0)
-    sub = measure_command(jpfs_argv("conversation", "ls", "--format", "json"), ws, repeat=repeat)
+    from jpfs.conversation import Conversation
+
+    ids = list(tree.walk(conv_root))
+    got = measure_interleaved(
+        {
+            "sub": command(jpfs_argv("conversation", "ls", "--format", "json"), ws),
+            "inproc": lambda: tree.listing(conv_root),
+            # Where listing's time goes: finding the ids, then parsing conversation.toml.
+            "walk": lambda: list(tree.walk(conv_root)),
+            "meta": lambda: [Conversation(conv_root, i).meta() for i in ids],
+        },
+        repeat=repeat,
+        warmup=0,  # the check above has read the tree once
+    )
+    sub, inproc, walk, meta = got["sub"], got["inproc"], got["walk"], got["meta"]
     per = sub.median / conversations * 1e6
+
+    def share(s: Stats) -> str:
+        return f"{s.median / inproc.median:.0%} of listing"
+
     print_table(
         f"conversation ls, {conversations:,} conversations (median of {repeat})",
         ["what", "median", "p99", "per conversation"],
@@ -109,12 +132,16 @@ def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[
                 ms(inproc.p99),
                 f"{inproc.median / conversations * 1e6:.0f} us",
             ],
+            ["  of which tree.walk() (the ids)", ms(walk.median), ms(walk.p99), share(walk)],
+            ["  of which conversation.toml parsing", ms(meta.median), ms(meta.p99), share(meta)],
         ],
     )
     return {
         "conversations": conversations,
         "jpfs_ls_json": sub.to_json(),
         "listing_in_process": inproc.to_json(),
+        "walk_in_process": walk.to_json(),
+        "meta_parse_in_process": meta.to_json(),
         "per_conversation_us": per,
     }
 
@@ -134,19 +161,19 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
         found = len(search.grep(ws, rel, pattern))
         if found != want:
             raise RuntimeError(f"jpfs grep {pattern!r} found {found} matches, expected {want}")
-        git_plain = measure_command(
-            ["git", "grep", "-n", pattern, "--", f"{rel}/"], ws, repeat=repeat, ok=(0, 1)
-        )
         # What search.grep runs: also untracked files, binary skipped, NUL-separated.
-        git_same = measure_command(
-            ["git", "grep", "--untracked", "-I", "-n", "-z", "-F", "-e", pattern, "--",
-             f"{rel}/", ":(exclude,glob)**/conversation.toml"],
-            ws, repeat=repeat, ok=(0, 1),
-        )  # fmt: skip
-        jpfs = measure_command(
-            jpfs_argv("conversation", "grep", pattern), ws, repeat=repeat, ok=(0, 1)
+        same = ["git", "grep", "--untracked", "-I", "-n", "-z", "-F", "-e", pattern, "--"]
+        same += [f"{rel}/", ":(exclude,glob)**/conversation.toml"]
+        got = measure_interleaved(
+            {
+                "git": command(["git", "grep", "-n", pattern, "--", f"{rel}/"], ws, ok=(0, 1)),
+                "same": command(same, ws, ok=(0, 1)),
+                "jpfs": command(jpfs_argv("conversation", "grep", pattern), ws, ok=(0, 1)),
+                "inproc": lambda p=pattern: search.grep(ws, rel, p),  # type: ignore[misc]
+            },
+            repeat=repeat,
         )
-        inproc = measure(lambda p=pattern: search.grep(ws, rel, p), repeat=repeat)  # type: ignore[misc]
+        git_plain, git_same, jpfs, inproc = got["git"], got["same"], got["jpfs"], got["inproc"]
         base = git_plain.median
 
         def row(name: str, s: Stats, mark: str = "", base: float = base) -> list[str]:

@@ -17,7 +17,9 @@ Every number comes from a real ``jpfs daemon run`` process on a real repository:
   run one after another in one process with ``jpfs.query``) and with a 200 ms scripted
   model turn (what concurrency buys: ``daemon.max_agents`` runs at once).
 * memory: the daemon's RSS once ready on a tree of N idle conversations (default
-  10,000), its start-up scan and a periodic rescan, against a daemon on an empty tree.
+  10,000), against a daemon on an empty tree; and the scans: the first start (reads
+  every conversation), a restart (reads only what changed since), a full rescan
+  (SIGHUP) and a periodic one (stats only for unchanged conversations).
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -337,22 +339,33 @@ def memory(base: Path, conversations: int) -> dict[str, float]:
     daemon.stop()
     ws = make_workspace(base / "mem-tree")
     tree = populate(ws, conversations, events=2)
-    daemon = Daemon(ws)
+    from jpfs.config import set_in_file
+
+    set_in_file(ws / ".jpfs" / "config.toml", "daemon.scan_interval", "2")
+    daemon = Daemon(ws)  # first start: reads every conversation
     try:
+        first_start = daemon.startup
         rss = daemon.rss_mb()
-        rescan = daemon.rescan_seconds()
-        startup = daemon.startup
+        full_rescan = daemon.rescan_seconds()  # SIGHUP: reads every conversation again
+        scans = int(daemon.status().get("scans", 0))
+        daemon.wait(lambda s: int(s.get("scans", 0)) > scans, 600, "scanned")
+        periodic = float(daemon.status().get("last_scan_s", float("nan")))
         rss_after = daemon.rss_mb()
     finally:
         daemon.stop()
+    daemon = Daemon(ws)  # a restart: reads only what changed while it was down
+    restart = daemon.startup
+    daemon.stop()
     return {
         "conversations": conversations,
         "files": tree.files,
         "empty_rss_mb": empty_rss,
         "rss_mb": rss,
-        "rss_after_rescan_mb": rss_after,
-        "startup_s": startup,
-        "rescan_s": rescan,
+        "rss_after_scans_mb": rss_after,
+        "first_start_s": first_start,
+        "restart_s": restart,
+        "full_rescan_s": full_rescan,
+        "periodic_scan_s": periodic,
     }
 
 
@@ -420,16 +433,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         mem = memory(base, tree_size)
         rows = [
-            ["empty tree", f"{mem['empty_rss_mb']:.1f} MB", "", "", "1.0x"],
+            ["empty tree", f"{mem['empty_rss_mb']:.1f} MB", "", "", "", "", "1.0x"],
             [
                 f"{tree_size} conversations",
                 f"{mem['rss_mb']:.1f} MB",
-                f"{mem['startup_s']:.2f}s",
-                f"{mem['rescan_s']:.2f}s",
+                f"{mem['first_start_s']:.2f}s",
+                f"{mem['restart_s']:.2f}s",
+                f"{mem['full_rescan_s']:.2f}s",
+                f"{mem['periodic_scan_s']:.2f}s",
                 ratio(mem["rss_mb"], mem["empty_rss_mb"]),
             ],
         ]
-        print_table("daemon memory", ["tree", "RSS ready", "start-up", "rescan", "vs empty"], rows)
+        print_table(
+            "daemon memory and scans",
+            ["tree", "RSS ready", "1st start", "restart", "full scan", "periodic", "vs empty"],
+            rows,
+        )
         results["memory"] = mem
     return results
 

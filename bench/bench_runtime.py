@@ -13,7 +13,8 @@ commits each step makes.
 * (b) the same through a subprocess:
   ``jpfs query --new --agent zero --non-interactive hi``, and the ratio (b)/(a);
 * fan-out: a parent whose one scripted turn calls ``jp_query`` K=8 times (the
-  children run in parallel threads), total time against K sequential (a) calls.
+  children run in parallel threads), against K zero queries one after another
+  (measured in alternation, so load on the machine hits both alike).
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -33,11 +34,12 @@ if __package__ in (None, ""):
 from bench.common import (
     Stats,
     add_profile,
+    command,
     git,
     jpfs_argv,
     make_workspace,
     measure,
-    measure_command,
+    measure_interleaved,
     ms,
     pin_environment,
     print_machine,
@@ -115,6 +117,7 @@ class Timer:
 
 
 def bench_in_process(ws_root: Path, runs: int) -> dict[str, Any]:
+    """(a), with per-query medians of its parts: create, run, and time in commits."""
     from jpfs import lifecycle
     from jpfs.query import query
     from jpfs.runtime import Runner
@@ -123,56 +126,67 @@ def bench_in_process(ws_root: Path, runs: int) -> dict[str, Any]:
 
     ws = open_workspace(ws_root, search=False)
     runner = Runner(ws)
-    create, run, commit = Timer(), Timer(), Timer()
+    timers = {"create": Timer(), "run": Timer(), "commit": Timer()}
+    parts: dict[str, list[float]] = {name: [] for name in timers}
+    commits: list[int] = []
     # Instrumented for the breakdown only; the wrappers cost microseconds.
-    ws.committer.commit = commit.wrap(ws.committer.commit)  # type: ignore[method-assign]
-    runner.run_locked = run.wrap(runner.run_locked)  # type: ignore[method-assign]
+    ws.committer.commit = timers["commit"].wrap(ws.committer.commit)  # type: ignore[method-assign]
+    runner.run_locked = timers["run"].wrap(runner.run_locked)  # type: ignore[method-assign]
     original = lifecycle.new_conversation
-    lifecycle.new_conversation = create.wrap(original)  # type: ignore[assignment]
+    lifecycle.new_conversation = timers["create"].wrap(original)
+
+    def one() -> None:
+        before = {name: t.seconds for name, t in timers.items()}
+        calls = timers["commit"].calls
+        outcome = query(ws, "hi", agent="zero", runner=runner)
+        if outcome.state is not State.IDLE or outcome.text.strip() != "ok: hi":
+            raise RuntimeError(f"unexpected outcome {outcome}")
+        for name, t in timers.items():
+            parts[name].append(t.seconds - before[name])
+        commits.append(timers["commit"].calls - calls)
+
+    warmup = 3
     try:
-
-        def one() -> None:
-            outcome = query(ws, "hi", agent="zero", runner=runner)
-            if outcome.state is not State.IDLE or outcome.text.strip() != "ok: hi":
-                raise RuntimeError(f"unexpected outcome {outcome}")
-
-        warmup = 3
         stats = measure(one, repeat=runs, warmup=warmup)
     finally:
-        lifecycle.new_conversation = original  # type: ignore[assignment]
-    n = runs + warmup
-    breakdown = {
-        "create_s": create.seconds / n,
-        "run_s": run.seconds / n,
-        "commit_s": commit.seconds / n,
-        "commits_per_query": commit.calls / n,
-    }
-    return {"stats": stats, **breakdown}
+        lifecycle.new_conversation = original
+    medians = {f"{name}_s": Stats(tuple(v[warmup:])).median for name, v in parts.items()}
+    return {"stats": stats, **medians, "commits_per_query": max(commits)}
 
 
 def bench_subprocess(ws_root: Path, runs: int) -> tuple[Stats, Stats]:
     argv = jpfs_argv("query", "--new", "--agent", "zero", "--non-interactive", "hi")
-    out = measure_command(argv, ws_root, repeat=runs).samples
-    helps = measure_command(jpfs_argv("--help"), ws_root, repeat=runs)
-    return Stats(out), helps
+    got = measure_interleaved(
+        {"query": command(argv, ws_root), "help": command(jpfs_argv("--help"), ws_root)},
+        repeat=runs,
+    )
+    return got["query"], got["help"]
 
 
-def bench_fanout(ws_root: Path, runs: int, children: int) -> tuple[Stats, int]:
+def bench_fanout(ws_root: Path, runs: int, children: int) -> tuple[Stats, Stats, int]:
+    """(K sequential zero queries, one parent fanning out to K, git commits per fan-out)."""
     from jpfs.query import query
     from jpfs.state import State
     from jpfs.workspace import open_workspace
 
     ws = open_workspace(ws_root, search=False)
-    before = int(git(ws_root, "rev-list", "--count", "HEAD"))
 
-    def one() -> None:
+    def fanout() -> None:
         outcome = query(ws, "go", agent="fanout")
         if outcome.state is not State.IDLE or outcome.text.count("<response") != children:
             raise RuntimeError(f"unexpected fan-out outcome {outcome.state}: {outcome.text[:200]}")
 
-    stats = measure(one, repeat=runs, warmup=1)
-    commits = (int(git(ws_root, "rev-list", "--count", "HEAD")) - before) // (runs + 1)
-    return stats, commits
+    def sequential() -> None:
+        for i in range(children):
+            if query(ws, f"part {i}", agent="zero").state is not State.IDLE:
+                raise RuntimeError("a zero query did not finish")
+
+    before = int(git(ws_root, "rev-list", "--count", "HEAD"))
+    fanout()  # also the warm-up
+    commits = int(git(ws_root, "rev-list", "--count", "HEAD")) - before
+    sequential()
+    got = measure_interleaved({"sequential": sequential, "fanout": fanout}, repeat=runs, warmup=0)
+    return got["sequential"], got["fanout"], commits
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -197,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         git(ws, "commit", "-q", "-m", "bench profiles")
         a = bench_in_process(ws, runs)
         b, helps = bench_subprocess(ws, cli_runs)
-        fan, fan_commits = bench_fanout(ws, fanout_runs, args.children)
+        seq, fan, fan_commits = bench_fanout(ws, fanout_runs, args.children)
 
     sa: Stats = a["stats"]
     ok = "ok" if sa.median < TARGET_S else "MISSED"
@@ -207,13 +221,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["what", "median", "p99", "ratio"],
         [
             ["(a) query(ws, 'hi', agent='zero') in process", ms(sa.median), ms(sa.p99), ok],
-            ["    create: conversation + first commit", ms(a["create_s"]), "", "(mean)"],
-            ["    run: runner steps and their commits", ms(a["run_s"]), "", "(mean)"],
+            ["    create: conversation + first commit", ms(a["create_s"]), "", ""],
+            ["    run: runner steps and their commits", ms(a["run_s"]), "", ""],
             [
-                f"    inside Committer.commit ({a['commits_per_query']:.0f} commits)",
+                f"    inside Committer.commit ({a['commits_per_query']:.0f} calls)",
                 ms(a["commit_s"]),
                 "",
-                "(mean)",
+                "",
             ],
             [
                 "(b) jpfs query --new --agent zero --non-interactive hi",
@@ -224,26 +238,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ["    for reference: jpfs --help (start-up only)", ms(helps.median), ms(helps.p99), ""],
         ],
     )
-    sequential = args.children * sa.median
     print_table(
         f"fan-out: a parent delegating to {args.children} children in one turn"
         f" (median of {fanout_runs})",
         ["what", "median", "p99", "vs sequential"],
         [
             [
-                f"{args.children} x (a), sequential  (baseline)",
-                ms(sequential),
-                "",
+                f"{args.children} zero queries one after another  (baseline)",
+                ms(seq.median),
+                ms(seq.p99),
                 "1.00x",
             ],
             [
                 f"parent + {args.children} children (jp_query, parallel threads)",
                 ms(fan.median),
                 ms(fan.p99),
-                ratio(fan.median, sequential),
+                ratio(fan.median, seq.median),
             ],
             [
-                f"    per child ({fan_commits} commits per fan-out)",
+                f"    per child ({fan_commits} git commits per fan-out)",
                 ms(fan.median / args.children),
                 "",
                 "",
@@ -260,8 +273,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "fanout": {
             "children": args.children,
             **fan.to_json(),
-            "sequential_baseline_s": sequential,
-            "ratio_vs_sequential": fan.median / sequential,
+            "sequential": seq.to_json(),
+            "ratio_vs_sequential": fan.median / seq.median,
             "commits": fan_commits,
         },
     }

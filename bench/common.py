@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -275,6 +275,28 @@ def measure(fn: Callable[[], object], *, repeat: int, warmup: int = 1) -> Stats:
         fn()
         out.append(time.perf_counter() - t0)
     return Stats(tuple(out))
+
+
+def measure_interleaved(
+    fns: Mapping[str, Callable[[], object]], *, repeat: int, warmup: int = 1
+) -> dict[str, Stats]:
+    """:func:`measure` for several callables, round-robin: every round runs each once,
+    so a burst of other work on the machine hits the baseline and the measurement alike."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            out[name].append(time.perf_counter() - t0)
+    return {name: Stats(tuple(samples)) for name, samples in out.items()}
+
+
+def command(argv: Sequence[str], cwd: Path, ok: Sequence[int] = (0,)) -> Callable[[], bytes]:
+    """A callable running ``argv`` for :func:`measure_interleaved`."""
+    return lambda: run_command(argv, cwd, ok)
 
 
 def run_command(argv: Sequence[str], cwd: Path, ok: Sequence[int] = (0,)) -> bytes:

@@ -257,3 +257,18 @@ def commit_as_user(ws: Path, n: int) -> bool:
                 raise AssertionError(proc.stderr)
             return False
     return True
+
+
+def test_mail_from_the_caller_continues_an_idle_conversation(daemon_proc: DaemonProc) -> None:
+    ws = daemon_proc.ws
+    setup_workspace(ws, default_agent="helper")
+    conv = ws / "conversations" / "h"
+    conv.mkdir(parents=True)
+    daemon_proc.start()
+    write_in_place(conv / "task.md", "Say hello.\n")
+    wait_until(lambda: state_of(ws, "h") == "idle", message="the first run")
+    sent = jpfs_subprocess("mail", "send", "h", "Once more, please.", "--no-start", cwd=ws)
+    assert sent.returncode == 0, sent.stderr
+    wait_until(lambda: roles(conv) == ["user", "assistant"] * 2, message="the mail's run")
+    wait_until(lambda: state_of(ws, "h") == "idle", message="idle again")
+    assert "Once more, please." in (conv / "events" / "0003-user.md").read_text()

@@ -5,6 +5,9 @@ watcher.py     watchdog observer on the conversation root, filters, debounce
 edits.py       which files differ from HEAD; committing a human's edits
 actions.py     what a conversation needs (:func:`actions.needs`), adopt, failures
 reconciler.py  events and scans -> "look at conversation X" -> commit, adopt, queue
+seen.py        what the last look found, by stat signature (cheap rescans, restarts)
 pool.py        the agent pool: global limit, fair across subtrees
-service.py     wiring, start-up recovery, shutdown, logging
+recovery.py    start-up chores after a crash: dead locks, debris, .gitignore
+procfs.py      which files a process has open (Linux /proc)
+service.py     wiring, start-up, shutdown, status, logging
 """

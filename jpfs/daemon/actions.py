@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from jpfs import frontmatter, lifecycle, record, tree
-from jpfs.conversation import Conversation, now
+from jpfs.conversation import INBOX, Conversation, now
 from jpfs.errors import FormatError, ProfileError
 from jpfs.providers.base import Cancelled, Reply, Request
 from jpfs.runtime import Runner
@@ -40,8 +41,13 @@ class Verdict:
     reason: str = ""
 
 
-def needs(conv: Conversation) -> Verdict:
-    """What ``conv`` needs from the daemon, decided from its files alone."""
+def needs(ws: Workspace, conv: Conversation) -> Verdict:
+    """What ``conv`` needs from the daemon, decided from its files alone.
+
+    Besides the state (:mod:`jpfs.state`): unread mail from its caller in ``inbox/``
+    is input for a conversation that takes input (empty, waiting, idle, failed); a run
+    turns it into the next user input (:func:`jpfs.control.deliver`).
+    """
     if not conv.exists():
         return Verdict(Need.NOTHING)
     try:
@@ -49,11 +55,23 @@ def needs(conv: Conversation) -> Verdict:
         if "config" not in meta:
             return Verdict(Need.ADOPT)
         state = derive(tree.snapshot(conv, meta))
+        if state in AGENT_ACTS:
+            return Verdict(Need.RUN, state)
+        if _has_mail(conv):
+            from jpfs import control, mail
+
+            if state in control.TAKES_INPUT and mail.pending_input(ws, conv.id):
+                return Verdict(Need.RUN, state, "mail from its caller")
     except FormatError as exc:
         return Verdict(Need.BROKEN, reason=str(exc))
-    if state in AGENT_ACTS:
-        return Verdict(Need.RUN, state)
     return Verdict(Need.NOTHING, state)
+
+
+def _has_mail(conv: Conversation) -> bool:
+    try:
+        return any(not name.startswith(".") for name in os.listdir(conv.path / INBOX))
+    except OSError:
+        return False
 
 
 _HEADING = re.compile(r"^\s*#*\s*")

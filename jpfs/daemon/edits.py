@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pygit2
 
-from jpfs import ids, record
+from jpfs import gitcli, ids, record
 from jpfs.committer import Change
 from jpfs.conversation import ANSWERS
+from jpfs.errors import GitError
 from jpfs.scope import TASK
 from jpfs.workspace import Workspace
 
@@ -193,3 +194,25 @@ def commit_edits(ws: Workspace, conv_id: str, rels: list[str]) -> str | None:
         return ws.commit(Change(tuple(paths), f"jpfs: edit {shown}", (("Jpfs-Event", "edit"),)))
     note = shown if event == "edit" else None
     return record.commit(ws, conv_id, event, paths=paths, note=note)
+
+
+def pending(ws: Workspace) -> list[str] | None:
+    """Repo-relative paths under the root that differ from HEAD, as git sees them.
+
+    git answers from its index's stat data without reading unchanged files, which on
+    a large tree is much cheaper than hashing every file; None if git cannot tell
+    (no HEAD yet), and the caller then hashes everything.
+    """
+    root = ws.conv_root_rel
+    try:
+        changed = gitcli.run(
+            ws.root, ["--no-optional-locks", "diff", "HEAD", "--name-only", "--no-renames",
+                      "-z", "--", root],
+        ).stdout  # fmt: skip
+        untracked = gitcli.run(
+            ws.root, ["--no-optional-locks", "ls-files", "--others", "--exclude-standard",
+                      "-z", "--", root],
+        ).stdout  # fmt: skip
+    except GitError:
+        return None
+    return sorted({p for p in (changed + untracked).split("\0") if p})

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
 import threading
 import time
@@ -31,10 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from jpfs import locks, tree
-from jpfs.conversation import ANSWERS, EVENTS, INBOX, QUESTIONS, RESULT, Conversation
+from jpfs.committer import Change
+from jpfs.conversation import ANSWERS, Conversation
 from jpfs.daemon import actions, edits
 from jpfs.daemon.actions import Need
 from jpfs.daemon.pool import Pool
+from jpfs.daemon.procfs import open_files
+from jpfs.daemon.seen import Seen, signature
 from jpfs.daemon.watcher import CLOSED, DELETED, MOVED_FROM, MOVED_TO, Batch
 from jpfs.errors import IdError, JpfsError, LockError
 from jpfs.scope import CONVERSATION_TOML, TASK
@@ -43,7 +45,6 @@ from jpfs.workspace import Workspace
 log = logging.getLogger("jpfs.daemon")
 
 TOP_FILES = (TASK, ANSWERS, CONVERSATION_TOML)
-_SIG_FILES = (CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, EVENTS, INBOX)
 # Conversations looked at together (locks held at once, commits in flight at once).
 CHUNK = 32
 _DONE = "done"
@@ -65,18 +66,6 @@ class Serving:
 class FileState:
     last: float  # monotonic time of the last event
     complete: bool  # the last event ended a whole save (close after write, rename into place)
-
-
-def signature(conv: Conversation) -> int:
-    """A cheap fingerprint of the files the state depends on (stat only, no reads)."""
-    parts: list[int] = []
-    for name in _SIG_FILES:
-        try:
-            st = os.stat(os.path.join(conv.path, name))
-            parts += (st.st_mtime_ns, st.st_size, st.st_ino)
-        except OSError:
-            parts.append(-1)
-    return hash(tuple(parts))
 
 
 class Reconciler:
@@ -101,9 +90,10 @@ class Reconciler:
         self.touched: dict[str, set[str]] = {}  # conversation id -> touched paths
         self.due: dict[str, float] = {}  # conversation id -> when to look at it
         self.backoff: dict[str, float] = {}  # locked elsewhere: seconds until the next look
-        self.seen: dict[str, tuple[int, Need]] = {}  # id -> (signature, need) at last look
+        self.seen = Seen()  # id -> (signature, need) at the last look
         self.head: edits.Head | None = None
         self.scans = 0
+        self.last_scan_seconds = 0.0
         self.next_scan = time.monotonic() + scan_interval
 
     # -- posting (any thread) ----------------------------------------------------------
@@ -118,9 +108,13 @@ class Reconciler:
 
     # -- the loop (reconciler thread) --------------------------------------------------
     def start(self) -> None:
-        """Recover, then look at every conversation once (before the daemon says ready)."""
+        """Look at every conversation that changed since the last daemon saw it (every
+        one on a first start), before the daemon says ready."""
         self.head = edits.Head(self.ws.root)
-        self.scan(full=True)
+        self.scan(full=not self.seen.load(self.ws.local_dir))
+
+    def close(self) -> None:
+        self.seen.save(self.ws.local_dir)
 
     def loop(self, stop: threading.Event, tick: Callable[[], None]) -> None:
         while not stop.is_set():
@@ -172,12 +166,30 @@ class Reconciler:
         self.due.setdefault(conv_id, now)
 
     def stable_at(self, path: str) -> float:
-        """When ``path`` counts as saved. Changes arrive after ``debounce`` seconds of
-        quiet (the watcher's), so a complete save is settled on arrival."""
+        """When ``path`` counts as saved, as far as events tell.
+
+        Changes arrive after ``debounce`` seconds of quiet (the watcher's), so a save
+        that ended (close after write, rename into place) is settled on arrival;
+        anything else (a write not closed yet, a file seen only as created because it
+        was written before the watch on its new directory existed, a deletion) after
+        ``settle``, and then only if no process has it open for writing
+        (:meth:`still_written`): someone typing into ``cat > task.md`` is not done.
+        """
         st = self.files.get(path)
-        if st is None or st.complete:
-            return st.last if st is not None else 0.0
+        if st is None:
+            return 0.0
+        if st.complete:
+            return st.last
         return st.last + max(0.0, self.settle - self.debounce)
+
+    def still_written(self, paths: set[str]) -> bool:
+        """Whether a file whose save was never seen to end is open for writing."""
+        unsure = [
+            self.ws.conv_root / p
+            for p in paths
+            if (st := self.files.get(p)) is not None and not st.complete
+        ]
+        return bool(open_files([p for p in unsure if p.is_file()], writing=True))
 
     def process_due(self) -> None:
         now = time.monotonic()
@@ -225,6 +237,9 @@ class Reconciler:
         if settled > time.monotonic():
             self.due[conv_id] = settled
             return None
+        if self.still_written(paths):
+            self.due[conv_id] = time.monotonic() + self.settle
+            return None
         if not conv_id:  # files at the root belong to no conversation
             return Serving("", None, actions.Verdict(Need.NOTHING), self.dirty(paths))
         if self.pool.is_running(conv_id):
@@ -236,9 +251,9 @@ class Reconciler:
             return None
         if not paths:
             # The common case of a scan: nothing touched and nothing needed, no lock taken.
-            verdict = actions.needs(conv)
+            verdict = actions.needs(self.ws, conv)
             if verdict.need is Need.NOTHING:
-                self.seen[conv_id] = (signature(conv), verdict.need)
+                self.seen.put(conv_id, signature(conv), verdict.need)
                 return None
         try:
             held.enter_context(locks.conversation_lock(self.ws.local_dir, conv_id))
@@ -248,7 +263,7 @@ class Reconciler:
             self.due[conv_id] = time.monotonic() + wait
             return None
         assert self.head is not None
-        verdict = actions.needs(conv)
+        verdict = actions.needs(self.ws, conv)
         adopted = False
         if verdict.need is Need.ADOPT:
             try:
@@ -303,12 +318,12 @@ class Reconciler:
         if item.conv is None:
             return
         if item.conv_id in committed or item.adopted:
-            item.verdict = actions.needs(item.conv)
+            item.verdict = actions.needs(self.ws, item.conv)
         if item.verdict.need is Need.BROKEN:
             log.warning("%s: %s", item.conv_id, item.verdict.reason)
             self.on_error(f"{item.conv_id}: {item.verdict.reason}")
             actions.record_failure(self.ws, item.conv, item.verdict.reason)
-        self.seen[item.conv_id] = (signature(item.conv), item.verdict.need)
+        self.seen.put(item.conv_id, signature(item.conv), item.verdict.need)
 
     def forget(self, conv_id: str) -> None:
         for path in self.touched.pop(conv_id, set()):
@@ -322,13 +337,7 @@ class Reconciler:
         live = set()
         for conv_id in tree.walk(self.ws.conv_root):
             live.add(conv_id)
-            last = self.seen.get(conv_id)
-            if (
-                not full
-                and last is not None
-                and last[1] is Need.NOTHING
-                and last[0] == signature(Conversation(self.ws.conv_root, conv_id))
-            ):
+            if not full and self.seen.unchanged(Conversation(self.ws.conv_root, conv_id)):
                 continue
             if conv_id in self.touched:  # its files are settling: it is due anyway
                 self.due.setdefault(conv_id, time.monotonic())
@@ -337,11 +346,11 @@ class Reconciler:
             if len(looked) % CHUNK == 0:
                 self.reconcile(looked[-CHUNK:])
         self.reconcile(looked[len(looked) - len(looked) % CHUNK :])
-        for gone in set(self.seen) - live:
-            del self.seen[gone]
+        self.seen.keep_only(live)
+        self.seen.save(self.ws.local_dir)
         self.scans += 1
         self.next_scan = time.monotonic() + self.scan_interval
-        took = time.monotonic() - started
+        took = self.last_scan_seconds = time.monotonic() - started
         log.debug("scan: looked at %d of %d in %.3fs", len(looked), len(live), took)
 
     def scan_under(self, conv_id: str) -> None:
@@ -354,6 +363,12 @@ class Reconciler:
     def recover(self, subject: str) -> None:
         """Commit whatever differs from HEAD under the root (crash, lost events)."""
         trailers = (("Jpfs-Event", "recover"),)
-        sha = self.ws.committer.commit_pending(subject=subject, trailers=trailers)
+        paths = edits.pending(self.ws)
+        if paths is None:
+            sha = self.ws.committer.commit_pending(subject=subject, trailers=trailers)
+        elif paths:
+            sha = self.ws.commit(Change(tuple(paths), subject, trailers))
+        else:
+            sha = None
         if sha:
             log.info("committed uncommitted files found under the conversation root (%s)", sha[:12])

@@ -25,6 +25,7 @@ from pathlib import Path
 import pygit2
 
 from jpfs.committer import Change
+from jpfs.daemon.procfs import open_files
 from jpfs.workspace import Workspace
 
 log = logging.getLogger("jpfs.daemon")
@@ -114,28 +115,6 @@ def git_lock_files(root: Path) -> list[Path]:
     return out
 
 
-def open_by_anyone(path: Path) -> bool:
-    """Whether any process we can see has ``path`` open (Linux ``/proc``)."""
-    wanted = os.fspath(path)
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except FileNotFoundError:
-        return True  # no /proc: cannot tell, assume held
-    for pid in pids:
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except (FileNotFoundError, PermissionError, ProcessLookupError):
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"{fd_dir}/{fd}") == wanted:
-                    return True
-            except OSError:
-                continue
-    return False
-
-
 def break_dead_git_locks(ws: Workspace) -> list[Path]:
     """Remove lock files of the branch's commit path that nobody holds; returns them."""
     broken = []
@@ -151,7 +130,7 @@ def break_dead_git_locks(ws: Workspace) -> list[Path]:
             pause.wait(LOCK_MIN_AGE - age)
             if not path.exists():
                 continue
-        if open_by_anyone(path):
+        if open_files([path]):
             continue
         try:
             os.unlink(path)

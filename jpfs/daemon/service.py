@@ -70,6 +70,7 @@ class Daemon:
         self._watcher: threading.Thread | None = None
         self._watching = threading.Event()
         self._last_status = 0.0
+        self._last_key = ""
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -147,6 +148,7 @@ class Daemon:
             self.write_status()
         if self._watcher is not None:
             self._watcher.join()
+        self.reconciler.close()
         self.ws.committer.close()
 
     # -- runs (pool threads) --------------------------------------------------------------
@@ -162,7 +164,7 @@ class Daemon:
         conv = Conversation(self.ws.conv_root, job.conv_id)
         try:
             with locks.conversation_lock(self.ws.local_dir, conv.id):
-                verdict = actions.needs(conv)
+                verdict = actions.needs(self.ws, conv)
                 if verdict.need is not Need.RUN:
                     return
                 meta = conv.meta()
@@ -212,10 +214,10 @@ class Daemon:
         self.stats.last_error = {"time": process.iso(time.time()), "message": message}
 
     def write_status(self, force: bool = False) -> None:
+        """Refresh daemon.json: within 0.25 s of a change, else every 2 s (times move on)."""
         now = time.time()
         if not force and now - self._last_status < 0.25:
             return
-        self._last_status = now
         jobs, queued = self.pool.snapshot()
         agents = []
         for job in jobs:
@@ -232,27 +234,29 @@ class Daemon:
                     "note": getattr(runner, "last_note", ""),
                 }
             )
-        process.write_status(
-            self.files,
-            {
-                "pid": os.getpid(),
-                "ready": self.ready.is_set() and not self.stop.is_set(),
-                "stopping": self.stop.is_set(),
-                "started": self.stats.started,
-                "started_at": process.iso(self.stats.started),
-                "updated_at": process.iso(now),
-                "workspace": str(self.ws.root),
-                "max_agents": self.pool.size,
-                "agents_running": len(agents),
-                "agents": agents,
-                "queue": queued,
-                "runs": self.stats.runs,
-                "failures": self.stats.failures,
-                "scans": self.reconciler.scans,
-                "conversations": len(self.reconciler.seen),
-                "last_error": self.stats.last_error,
-            },
-        )
+        data: dict[str, Any] = {
+            "pid": os.getpid(),
+            "ready": self.ready.is_set() and not self.stop.is_set(),
+            "stopping": self.stop.is_set(),
+            "started": self.stats.started,
+            "started_at": process.iso(self.stats.started),
+            "workspace": str(self.ws.root),
+            "max_agents": self.pool.size,
+            "agents_running": len(agents),
+            "agents": agents,
+            "queue": queued,
+            "runs": self.stats.runs,
+            "failures": self.stats.failures,
+            "scans": self.reconciler.scans,
+            "last_scan_s": round(self.reconciler.last_scan_seconds, 3),
+            "conversations": len(self.reconciler.seen),
+            "last_error": self.stats.last_error,
+        }
+        key = repr({**data, "agents": [{**a, "elapsed": 0} for a in agents]})
+        if not force and key == self._last_key and now - self._last_status < 2.0:
+            return
+        self._last_status, self._last_key = now, key
+        process.write_status(self.files, {**data, "updated_at": process.iso(now)})
 
 
 # -- logging -------------------------------------------------------------------------------------
