@@ -13,11 +13,12 @@ recognised by hash and never rewritten.
 *Moving the branch.* pygit2's ``Reference.set_target`` is a real compare-and-swap
 (libgit2's ``git_reference_set_target`` passes the reference's old oid to
 ``git_reference_create_matching``; the files backend compares it under ``<ref>.lock`` and
-fails with ``GIT_EMODIFIED``). We still run git's lock protocol ourselves (``<ref>.lock``
-with ``O_CREAT|O_EXCL`` holding the new value, re-read the loose ref or ``packed-refs``
-under it, compare, append the reflogs, rename the lock over the ref), because only then
-can the lock be marked as ours (see *Stale locks*); a SIGKILL inside libgit2's window
-would leave an anonymous ``refs/heads/<b>.lock`` that blocks every later commit.
+fails with ``GIT_EMODIFIED``). We still run git's lock protocol ourselves (create
+``<ref>.lock`` exclusively holding the new value, re-read the loose ref or
+``packed-refs`` under it, compare, append the reflogs, rename the lock over the ref),
+because only then can the lock be marked as ours (see *Stale locks*): a SIGKILL inside
+libgit2's window would leave an anonymous ``refs/heads/<b>.lock`` that blocks every
+later commit.
 Measured on the 2-core dev box: libgit2 ``set_target`` ~0.35 ms, this protocol ~0.3 ms,
 ``git update-ref NEW OLD`` ~3.3 ms. If the tip moved, the commit is rebuilt on the new tip
 (bounded retries, then :class:`GitError`).
@@ -74,19 +75,24 @@ live process holds (git or jpfs), and age proves nothing: ``git commit`` holds
 provably ours and its creator provably dead:
 
 * Each process keeps one marker file ``<common>/jpfs/locks/proc-<pid>-<rand>`` under an
-  exclusive ``flock`` for its lifetime; the kernel drops the flock when the process dies,
-  however it dies. After creating ``X.lock`` (with its final content), we register it by
-  hard-linking the marker as ``<dev>-<ino>-<ctime_ns>`` of the lock file.
-* A contender finding ``X.lock`` looks up the registration by the lock's
-  dev/inode/ctime. None: a foreign (git) lock, wait and never break it. If
-  ``flock(LOCK_NB)`` on it succeeds, its creator is dead: after checking that the name
-  still points at the inode it locked (a concurrent breaker) and the lock is unchanged,
-  unlink the registration, then the lock.
-* A registration never outlives its lock (created after it, removed before it by holder
-  and breaker), and the ctime in its name guards against a lock someone deleted by hand
-  whose inode a later git lock reuses. A SIGKILL in the few syscalls between creating
-  the lock and registering it, or between unregistering and releasing it, leaves an
-  anonymous lock, i.e. exactly git's behaviour; the error message names the file.
+  exclusive ``flock`` for its lifetime; the kernel drops the flock when the process
+  dies, however it dies.
+* A lock is built as an unnamed ``O_TMPFILE`` in the lock's directory holding its final
+  content (the new ref value, or a random token for ``index.lock``), registered by
+  hard-linking the marker as ``<dev>-<ino>-<content digest>``, and only then named
+  ``X.lock`` with ``linkat``, which fails if the name exists (git's ``O_EXCL``). So the
+  lock appears already registered: no crash leaves an anonymous lock of ours. (Without
+  ``O_TMPFILE`` we fall back to ``O_EXCL`` + register, where a crash between the two
+  calls leaves an anonymous lock, as a crashed git does; the error names the file.)
+* A contender finding ``X.lock`` looks up the registration from the lock's dev, inode
+  and content. None: a foreign (git) lock; wait, never break it. If ``flock(LOCK_NB)``
+  on it succeeds, the creator is dead: after checking that the registration name still
+  points at the inode it locked (a concurrent breaker) and the lock is unchanged, it
+  removes the lock, then the registration.
+* Holders and breakers remove the lock before its registration. A registration that
+  outlives its lock is inert, because the content digest keeps a later git lock that
+  reuses the inode from matching it. Sweeps at start-up and during maintenance remove
+  such registrations and dead markers.
 
 Crash safety and durability
 ===========================
@@ -112,6 +118,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -287,6 +294,8 @@ class Committer:
     def close(self) -> None:
         """Refuse further commits. Background maintenance, if running, finishes alone."""
         with self._cv:
+            if self._closed:
+                return
             self._closed = True
             while self._leading:
                 self._cv.wait()
@@ -965,8 +974,9 @@ class Committer:
                         with contextlib.suppress(OSError):
                             os.unlink(entry.path)
         with contextlib.suppress(OSError):
+            live = _lock_registrations(self._gitdir, self._commondir)
             for entry in os.scandir(self._owners):
-                _sweep_owner_file(Path(entry.path))
+                _sweep_owner_file(Path(entry.path), live)
 
 
 # --------------------------------------------------------------------------- internals
@@ -1223,11 +1233,23 @@ class _Marker:
             return marker
 
 
-class _LockFile:
-    """``<target>.lock`` taken with O_CREAT|O_EXCL, registered as ours.
+_HAVE_PROC_FD = os.path.isdir("/proc/self/fd")
+_LOCK_SAMPLE = 256  # bytes of a lock's content that go into its registration name
 
-    Registration is a hard link ``<owners>/<dev>-<ino>-<ctime_ns>`` to this process's
-    marker. See "Stale locks" in the module docstring for why breaking is then safe.
+
+def _registration(st: os.stat_result, content: bytes) -> str:
+    digest = hashlib.sha1(content[:_LOCK_SAMPLE]).hexdigest()[:24]
+    return f"{st.st_dev}-{st.st_ino}-{digest}"
+
+
+class _LockFile:
+    """``<target>.lock`` taken git-style (exclusive create), registered as ours.
+
+    The registration is a hard link ``<owners>/<dev>-<ino>-<content digest>`` to this
+    process's flocked marker. Where the kernel allows, the lock is built as an unnamed
+    ``O_TMPFILE`` holding its final content, registered, and only then given its name
+    with ``linkat`` (which fails if the name exists): it appears already registered, so
+    no crash leaves an anonymous lock. See "Stale locks" in the module docstring.
     """
 
     def __init__(self, target: Path, owners: Path) -> None:
@@ -1237,43 +1259,83 @@ class _LockFile:
         self._fd = -1
         self._owner: Path | None = None
 
-    def try_acquire(self, content: bytes = b"") -> bool:
-        """Create the lock (holding ``content``, written before registering)."""
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        try:
-            try:
-                fd = os.open(self.path, flags, 0o666)
-            except FileNotFoundError:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, flags, 0o666)
-        except FileExistsError:
-            return False
-        try:
-            if content:
-                _write_all(fd, content)
-            self._fd = fd
-            self._register()
-        except BaseException:
-            os.close(fd)
-            self._fd = -1
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
-            raise
-        return True
-
     @property
     def fd(self) -> int:
         return self._fd
 
-    def _register(self) -> None:
-        st = os.fstat(self._fd)
-        owner = self._owners / f"{st.st_dev}-{st.st_ino}-{st.st_ctime_ns}"
+    def try_acquire(self, content: bytes = b"") -> bool:
+        """Create the lock holding ``content`` (a unique token if empty)."""
+        data = content or f"jpfs lock {os.getpid()} {secrets.token_hex(8)}\n".encode()
+        for attempt in range(2):
+            try:
+                return self._try_create(data)
+            except FileNotFoundError:
+                if attempt:
+                    raise
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+        return False  # unreachable
+
+    def _try_create(self, data: bytes) -> bool:
+        if not _HAVE_PROC_FD:
+            return self._try_create_named(data)
+        dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            try:
+                fd = os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o666, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                    return self._try_create_named(data)
+                raise
+            owner: Path | None = None
+            try:
+                _write_all(fd, data)
+                owner = self._register(os.fstat(fd), data)
+                try:
+                    # A dir fd makes os.link use linkat(AT_SYMLINK_FOLLOW), which names
+                    # the unnamed file behind the /proc link.
+                    os.link(f"/proc/self/fd/{fd}", self.path.name, dst_dir_fd=dfd)
+                except FileExistsError:
+                    os.unlink(owner)
+                    os.close(fd)
+                    return False
+            except BaseException:
+                if owner is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(owner)
+                os.close(fd)
+                raise
+            self._fd, self._owner = fd, owner
+            return True
+        finally:
+            os.close(dfd)
+
+    def _try_create_named(self, data: bytes) -> bool:
+        # Filesystems without O_TMPFILE: a crash between these calls leaves an
+        # anonymous lock, exactly like a crashed git.
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o666)
+        except FileExistsError:
+            return False
+        try:
+            _write_all(fd, data)
+            self._owner = self._register(os.fstat(fd), data)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            raise
+        self._fd = fd
+        return True
+
+    def _register(self, st: os.stat_result, data: bytes) -> Path:
+        owner = self._owners / _registration(st, data)
         try:
             os.link(_Marker.for_dir(self._owners).path, owner)
         except FileNotFoundError:
             # Someone removed our marker (by hand?): make a new one.
             os.link(_Marker.for_dir(self._owners, renew=True).path, owner)
-        self._owner = owner
+        return owner
 
     def commit(self) -> None:
         """Install the lock's content as the target (git's commit_lock_file)."""
@@ -1286,30 +1348,35 @@ class _LockFile:
     def _finish(self, action: Callable[[], None]) -> None:
         if self._owner is None:
             return
-        # Unregister first: a registration must never outlive the lock it names.
+        # Lock first, registration second: a registration outliving its lock is inert.
         try:
-            os.unlink(self._owner)
             action()
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(self.path)  # never leave an unregistered lock behind
+                os.unlink(self.path)
             raise
         finally:
+            with contextlib.suppress(OSError):
+                os.unlink(self._owner)
             os.close(self._fd)
             self._fd, self._owner = -1, None
 
     def break_if_stale(self) -> bool:
         """Remove the lock if a dead jpfs process left it; True if it is gone now."""
         try:
-            st = os.stat(self.path)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return True
-        identity = (st.st_dev, st.st_ino, st.st_ctime_ns)
-        owner = self._owners / "{}-{}-{}".format(*identity)
+        try:
+            st = os.fstat(fd)
+            sample = os.read(fd, _LOCK_SAMPLE)
+        finally:
+            os.close(fd)
+        owner = self._owners / _registration(st, sample)
         try:
             ofd = os.open(owner, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            return False  # not ours (git's, or ours mid-registration): wait
+            return False  # not ours (git's, say): wait, never break it
         try:
             try:
                 fcntl.flock(ofd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -1321,23 +1388,23 @@ class _LockFile:
                 now = os.stat(self.path)
             except FileNotFoundError:
                 return False
-            if (now.st_dev, now.st_ino, now.st_ctime_ns) != identity:
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
                 return False
             who = os.pread(ofd, 200, 0).decode(errors="replace").strip()
-            os.unlink(owner)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+            os.unlink(owner)
             log.info("removed %s left by a dead process (%s)", self.path, who)
             return True
         finally:
             os.close(ofd)
 
 
-def _sweep_owner_file(owner: Path) -> None:
-    """Remove a dead process's marker, or a registration abandoned for a day.
+def _sweep_owner_file(owner: Path, live: set[str]) -> None:
+    """Remove a dead process's marker, or a registration that outlived its lock.
 
-    A registration whose lock still exists is normally left for ``break_if_stale``; one
-    older than a day belongs to a lock someone removed by hand (git tells users to).
+    ``live`` holds the registration names of lock files that exist: those stay for
+    ``break_if_stale`` when someone needs the lock.
     """
     try:
         ofd = os.open(owner, os.O_RDONLY | os.O_CLOEXEC)
@@ -1350,21 +1417,38 @@ def _sweep_owner_file(owner: Path) -> None:
             return  # a live process
         if os.stat(owner).st_ino != os.fstat(ofd).st_ino:
             return
-        if owner.name.startswith("proc-"):
-            os.unlink(owner)  # its registrations keep the inode alive for breakers
-            return
         if owner.name.startswith("new-"):
             # Possibly between creation and flock in a live process: only when old.
             if os.fstat(ofd).st_mtime < time.time() - 3600:
                 os.unlink(owner)
-            return
-        created_ns = int(owner.name.rsplit("-", 1)[-1])
-        if time.time_ns() - created_ns > 86_400 * 1_000_000_000:
-            os.unlink(owner)
-    except (OSError, ValueError):
+        elif owner.name.startswith("proc-") or owner.name not in live:
+            os.unlink(owner)  # registrations keep a dead marker's inode for breakers
+    except OSError:
         pass
     finally:
         os.close(ofd)
+
+
+def _lock_registrations(gitdir: Path, commondir: Path) -> set[str]:
+    """Registration names of the lock files git and jpfs create in a repository."""
+    paths: list[str] = []
+    tops = {gitdir, commondir}
+    with contextlib.suppress(OSError):
+        tops.update(Path(e.path) for e in os.scandir(commondir / "worktrees") if e.is_dir())
+    for top in tops:
+        with contextlib.suppress(OSError):
+            paths += [e.path for e in os.scandir(top) if e.name.endswith(".lock")]
+    for root, _, files in os.walk(commondir / "refs"):
+        paths += [os.path.join(root, f) for f in files if f.endswith(".lock")]
+    names: set[str] = set()
+    for path in paths:
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                names.add(_registration(os.fstat(fd), os.read(fd, _LOCK_SAMPLE)))
+            finally:
+                os.close(fd)
+    return names
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -1677,12 +1761,12 @@ class _FastIndex(_IndexFile):
         return raw[40:60], struct.unpack_from(">I", raw, 24)[0]
 
     def remove(self, path: bytes) -> bool:
-        # A directory of that name (the path used to be a tree) goes too.
-        under = self._delete(path + b"/", path + b"0")
-        return self._delete(path + b"\0\0", path + b"\0\4") or under
+        # Exactly this path: a directory of the same name is described by its files.
+        return self._delete(path + b"\0\0", path + b"\0\4")
 
     def set(self, path: bytes, oid: bytes, mode: int, st: os.stat_result | None) -> None:
         self.remove(path)
+        self._delete(path + b"/", path + b"0")  # a directory the file replaces
         # A file where a parent directory used to be a file: drop those entries (git's
         # add_index_entry_with_check does the same).
         parts = path.split(b"/")
@@ -1791,6 +1875,8 @@ class _Libgit2Index(_IndexFile):
     def set(self, path: bytes, oid: bytes, mode: int, st: os.stat_result | None) -> None:
         name = os.fsdecode(path)
         self.remove(path)
+        with contextlib.suppress(pygit2.GitError, OSError, KeyError):
+            self._index.remove_directory(name)  # a directory the file replaces
         self._index.add(pygit2.IndexEntry(name, pygit2.Oid(raw=oid), pygit2.enums.FileMode(mode)))
 
     def remove(self, path: bytes) -> bool:

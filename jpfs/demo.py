@@ -1,9 +1,11 @@
 """``make demo``: the main job end to end, offline, in a throwaway repository.
 
-A human asks the scripted ``demo`` agent for a summary; the agent interviews the
-human first (onboarding), then delegates to two helper sub-agents that run in
-parallel and read files, and answers. Every step is a commit; the demo prints the
-conversation tree, the answer and ``jpfs log``.
+A human writes ``task.md`` in a new conversation directory, as in any editor. The
+background daemon notices, and the scripted ``demo`` agent interviews the human
+first (``questions.md``). The human answers in ``answers.md``; the agent then
+delegates to two helper sub-agents that run in parallel and read files, and writes
+``result.md``. Every step is a commit; the demo prints the files, the conversation
+tree and ``jpfs log``. No API key or network is needed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -27,22 +32,38 @@ def jpfs(cwd: Path, *args: str, show: bool = True) -> subprocess.CompletedProces
         print(f"\n$ jpfs {' '.join(args)}")
         if proc.stdout.strip():
             print(proc.stdout.rstrip())
-    if proc.returncode not in (0, 4):
+    if proc.returncode != 0:
         print(proc.stderr, file=sys.stderr)
         raise SystemExit(f"demo failed: jpfs {' '.join(args)} exited {proc.returncode}")
     return proc
 
 
-def main() -> int:
-    root = Path(tempfile.mkdtemp(prefix="jpfs-demo-"))
+def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"demo failed: timed out waiting for {what}")
+        pause.wait(0.05)
+
+
+def save(path: Path, text: str) -> None:
+    """Write like an editor does: a temporary file, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.swp~")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    print(f"\n[editor] saved {path.name}:\n{text.rstrip()}")
+
+
+def make_repo(root: Path) -> Path:
     repo = root / "project"
     repo.mkdir()
-    env_ok = (
+    sh(["git", "init", "-q", "-b", "main"], repo)
+    if not (
         os.environ.get("GIT_AUTHOR_NAME")
         or sh(["git", "config", "user.name"], repo, check=False).stdout
-    )
-    sh(["git", "init", "-q", "-b", "main"], repo)
-    if not env_ok:
+    ):
         sh(["git", "config", "user.name", "Demo User"], repo)
         sh(["git", "config", "user.email", "demo@example.invalid"], repo)
     (repo / "README.md").write_text("# Tiny shop\nA web shop in one file.\n", encoding="utf-8")
@@ -50,19 +71,39 @@ def main() -> int:
     (repo / "src" / "app.py").write_text("def checkout(cart):\n    return sum(cart)\n", "utf-8")
     sh(["git", "add", "-A"], repo)
     sh(["git", "commit", "-q", "-m", "A tiny project"], repo)
-    print(f"demo repository: {repo}")
+    return repo
 
+
+def main() -> int:
+    repo = make_repo(Path(tempfile.mkdtemp(prefix="jpfs-demo-")))
+    print(f"demo repository: {repo}")
     jpfs(repo, "init")
-    asked = jpfs(repo, "query", "--new", "--agent", "demo", "--non-interactive",
-                 "Summarise this repository for a new contributor")  # fmt: skip
-    conv = asked.stdout.split('"')[1]
-    jpfs(repo, "answer", conv, "Focus on src/: the checkout code.", "--run")
-    jpfs(repo, "conversation", "ls", "--tree")
-    jpfs(repo, "log")
-    print("\n$ git log --oneline | head -5")
-    print(sh(["git", "log", "--oneline", "-5"], repo).stdout.rstrip())
+    # The offline default: task.md files written by hand go to the scripted agent.
+    jpfs(repo, "config", "set", "conversations.default_agent", "demo")
+    jpfs(repo, "daemon", "start")
+    try:
+        conv = repo / "conversations" / "summary"
+        save(conv / "task.md", "Summarise this repository for a new contributor.\n")
+        wait_for("questions.md", lambda: "## Round 1" in _read(conv / "questions.md"))
+        print(f"\n[agent] wrote questions.md:\n{_read(conv / 'questions.md').rstrip()}")
+        save(conv / "answers.md", "# Answers\n\n## Round 1\n\nFocus on src/: the checkout code.\n")
+        wait_for("result.md", lambda: (conv / "result.md").exists(), timeout=120)
+        print(f"\n[agent] wrote result.md:\n{_read(conv / 'result.md').rstrip()}")
+        jpfs(repo, "tree")
+        jpfs(repo, "log", "summary")
+    finally:
+        jpfs(repo, "daemon", "stop")
+    print("\n$ git log --format='%h %an: %s' -6")
+    print(sh(["git", "log", "--format=%h %an: %s", "-6"], repo).stdout.rstrip())
     print(f"\nEverything above is plain files and commits in {repo}.")
     return 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
 
 
 if __name__ == "__main__":

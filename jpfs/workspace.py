@@ -61,7 +61,11 @@ class Workspace:
         # Imported here: pygit2 costs ~0.1 s and read-only commands never commit.
         from jpfs.committer import Committer
 
-        return Committer(self.root, owned=(self.conv_root_rel,))
+        return Committer(
+            self.root,
+            owned=(self.conv_root_rel,),
+            maintenance_every=int(self.config["git.maintenance_every"]),
+        )
 
     def commit(self, change: Change) -> str | None:
         return self.committer.commit(change)

@@ -126,7 +126,7 @@ def test_onboarding_round_trip_driven_by_editor_saves(started: Path) -> None:
 
 def test_errors_stay_in_their_conversation(started: Path) -> None:
     ws = started
-    setup_workspace(ws, default_agent="lead")
+    setup_workspace(ws, default_agent="lead", cfg={"daemon.log_max_bytes": "600"})
     root = ws / "conversations"
     for name in ("bad", "boom", "good"):
         (root / name).mkdir(parents=True)
@@ -147,7 +147,9 @@ def test_errors_stay_in_their_conversation(started: Path) -> None:
     wait_until(lambda: state_of(ws, "good") == "waiting", message="good to be served")
     info = wait_until(lambda: (d := status(ws))["last_error"] and d, message="last_error")
     assert isinstance(info, dict) and info["running"] is True
-    log = (ws / ".jpfs/local/daemon.log").read_text()
+    logs = sorted((ws / ".jpfs/local").glob("daemon.log*"))
+    assert [p.name for p in logs][:2] == ["daemon.log", "daemon.log.1"]  # rotated at 600 bytes
+    log = "".join(p.read_text() for p in logs)
     assert "bad: " in log and "malformed TOML" in log
     # A rescan (SIGHUP) finds the same broken file and does not record it twice.
     os.kill(int(info["pid"]), signal.SIGHUP)

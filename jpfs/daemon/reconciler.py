@@ -4,9 +4,9 @@ One thread owns all of this state; the watcher and the pool only post to its inb
 For each conversation it is woken for, it
 
 1. waits until every file touched there has settled (a save that ended with close or
-   rename: ``debounce``; anything else, deletions included: ``settle`` seconds without
-   an event), so an editor's save-by-rename is one change and a half-written file is
-   never acted on;
+   rename: on arrival; anything else, deletions included: ``settle`` seconds without
+   an event and no process holding it open for writing), so an editor's
+   save-by-rename is one change and a half-written file is never acted on;
 2. takes the conversation's run lock without waiting (held by a run here or in
    another process: look again when it is free) and commits the files that differ from
    HEAD as the user's edit (:mod:`jpfs.daemon.edits`);
@@ -65,7 +65,8 @@ class Serving:
 @dataclass
 class FileState:
     last: float  # monotonic time of the last event
-    complete: bool  # the last event ended a whole save (close after write, rename into place)
+    complete: bool  # the last event ended a human's save: act on arrival
+    ended: bool = True  # the last event ended a write (close, rename), whoever wrote
 
 
 class Reconciler:
@@ -152,16 +153,17 @@ class Reconciler:
 
     def note_change(self, path: str, kind: str, is_dir: bool) -> None:
         now = time.monotonic()
+        ended = kind in (CLOSED, MOVED_TO)
         if is_dir:
-            conv_id, complete = edits.conv_dir_of(path), False
+            conv_id, complete, ended = edits.conv_dir_of(path), False, True
             if kind not in (DELETED, MOVED_FROM):
                 self.scan_under(conv_id)
         else:
             conv_id, inner = edits.conv_of(path)
             if edits.agent_written(inner) and conv_id and self.pool.is_running(conv_id):
                 return  # our own run's transcript: its commits are the record
-            complete = kind in (CLOSED, MOVED_TO) and not edits.agent_written(inner)
-        self.files[path] = FileState(now, complete)
+            complete = ended and not edits.agent_written(inner)
+        self.files[path] = FileState(now, complete, ended)
         self.touched.setdefault(conv_id, set()).add(path)
         self.due.setdefault(conv_id, now)
 
@@ -183,11 +185,11 @@ class Reconciler:
         return st.last + max(0.0, self.settle - self.debounce)
 
     def still_written(self, paths: set[str]) -> bool:
-        """Whether a file whose save was never seen to end is open for writing."""
+        """Whether a file whose write was never seen to end is open for writing."""
         unsure = [
             self.ws.conv_root / p
             for p in paths
-            if (st := self.files.get(p)) is not None and not st.complete
+            if (st := self.files.get(p)) is not None and not st.ended
         ]
         return bool(open_files([p for p in unsure if p.is_file()], writing=True))
 
