@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-
 from jpfs import frontmatter, ids
 from jpfs.errors import ExistsError, FormatError, NotFoundError
 from jpfs.scope import CONVERSATION_TOML, check_path, conversation_path
@@ -112,6 +110,8 @@ class Conversation:
 
     def update(self, **fields: Any) -> None:
         """Set fields in conversation.toml, keeping a human's comments and key order."""
+        import tomlkit  # writers only: listing must not pay for the import
+
         try:
             text = self.toml_path.read_text(encoding="utf-8")
             doc = tomlkit.parse(text)
@@ -224,6 +224,8 @@ def create(
     extra: Mapping[str, Any] | None = None,
 ) -> Conversation:
     """Create the directory and conversation.toml; an existing conversation is an error."""
+    import tomlkit
+
     conv = Conversation(conv_root, conv_id)
     check_path(conv_root, conv.id)
     parent_id = ids.parent(conv.id)

@@ -16,8 +16,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-
 from jpfs.errors import FormatError
 
 FENCE = "+++"
@@ -52,6 +50,8 @@ def parse(text: str, *, source: str = "<text>") -> tuple[dict[str, Any], str]:
 
 
 def render(meta: dict[str, Any], body: str) -> str:
+    import tomlkit  # only writers pay for it: read-only commands must start fast
+
     doc = tomlkit.document()
     for key, value in meta.items():
         if value is not None:

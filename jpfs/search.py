@@ -1,12 +1,16 @@
 """``grep`` over conversations: task, Q&A, events, results, mail and files.
 
+Only files git tracks are searched (their working-tree content). jpfs commits every
+file it writes right away, so the only files left out are ones written in the last
+moments and not yet committed; ``--untracked`` would make git walk the whole tree
+instead of trusting its index, which measured 1.3-1.5x slower at 130,000 files.
+
 ``conversation.toml`` is not searched: it is metadata, and its [config] snapshot of
 the agent's profile would match most searches in every conversation.
 
-The heavy lifting is ``git grep`` on the working tree (tracked and untracked files):
-it is C, multi-threaded and already tuned, and reimplementing it in Python was
-several times slower at 100k files (see bench/RESULTS.md). jpfs adds what git does
-not know: which conversation a file belongs to, scoping and hidden conversations.
+The heavy lifting is ``git grep`` (C, multi-threaded, reads the index); jpfs adds
+what git does not know: which conversation a file belongs to, scoping and hidden
+conversations.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ def grep(
     else:
         paths = [f"{conv_root_rel}/"]
     argv = [
-        "git", "-c", "core.quotePath=false", "grep", "--untracked", "-I", "-n", "-z",
+        "git", "-c", "core.quotePath=false", "grep", "-I", "-n", "-z",
         "--no-color", "-P" if regex else "-F", "-i" if ignore_case else "--no-ignore-case",
         "-e", pattern, "--", *(f":(literal){p}" for p in paths),
         # The record's [config] snapshot would match every search for a common word.

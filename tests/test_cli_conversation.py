@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from jpfs import record
+from jpfs.workspace import open_workspace
 from tests.conftest import git, jpfs_subprocess
 
 CONV = "conversations"
@@ -97,6 +99,7 @@ def test_print_and_grep(ws: Path, cli) -> None:
     conv = Conversation(ws / CONV, "a")
     conv.append_event("user", "Find the Needle please\n")
     conv.append_event("assistant", "found: needle in line 3\n", {"model": "m"})
+    record.commit(open_workspace(ws), "a", "assistant")
     md = cli("c", "print", "a").stdout
     assert "Find the Needle please" in md and "0002 · assistant" in md
     data = json.loads(cli("c", "print", "a", "--format", "json", "--last", "1").stdout)
@@ -122,6 +125,7 @@ def test_grep_scopes_and_hidden(ws: Path, cli) -> None:
     cli("c", "new", "h", "--parent", "a", "--hidden")
     for cid in ("a", "a/x", "a/h"):
         Conversation(ws / CONV, cid).append_event("user", f"token in {cid}\n")
+    record.commit(open_workspace(ws), "a", "input")
     assert cli("c", "grep", "token").stdout.splitlines() == ["a: token in a", "a/x: token in a/x"]
     assert cli("c", "grep", "token", "--root", "a").stdout.splitlines() == ["a/x: token in a/x"]
     assert cli("c", "grep", "token", "--id", "a").stdout.splitlines() == ["a: token in a"]
