@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(
         "summary",
         ["bench", "time", "status"],
-        [[f"bench_{n}", f"{seconds[n]:.0f} s", errors.get(n, "ok")] for n in names],
+        [[f"bench_{n}", f"{seconds[n]:.0f} s", errors.get(n, "ok")[:70]] for n in names],
     )
     print(f"\nnumbers written to {args.out}")
     return 1 if errors else 0

@@ -14,7 +14,8 @@ commands on the full tree take seconds each, so they run --repeat-tree times):
   in process, for reference);
 * ``jpfs conversation grep P`` against ``git grep P`` on the conversation root, for a
   pattern with a few hundred matches and one with none (target: within 1.2x); plus
-  the ``git grep`` jpfs actually runs (same flags) and ``jpfs.search.grep`` in process.
+  the ``git grep`` jpfs actually runs (same flags; and with ``--untracked``, for
+  reference) and ``jpfs.search.grep`` in process.
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -161,13 +162,16 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
         found = len(search.grep(ws, rel, pattern))
         if found != want:
             raise RuntimeError(f"jpfs grep {pattern!r} found {found} matches, expected {want}")
-        # What search.grep runs: also untracked files, binary skipped, NUL-separated.
-        same = ["git", "grep", "--untracked", "-I", "-n", "-z", "-F", "-e", pattern, "--"]
+        # What search.grep runs (binary files skipped, NUL-separated), and the same with
+        # --untracked, which search.grep used to pass: it makes git walk the whole tree.
+        same = ["git", "grep", "-I", "-n", "-z", "-F", "-e", pattern, "--"]
         same += [f"{rel}/", ":(exclude,glob)**/conversation.toml"]
+        untracked = [*same[:2], "--untracked", *same[2:]]
         got = measure_interleaved(
             {
                 "git": command(["git", "grep", "-n", pattern, "--", f"{rel}/"], ws, ok=(0, 1)),
                 "same": command(same, ws, ok=(0, 1)),
+                "untracked": command(untracked, ws, ok=(0, 1)),
                 "jpfs": command(jpfs_argv("conversation", "grep", pattern), ws, ok=(0, 1)),
                 "inproc": lambda p=pattern: search.grep(ws, rel, p),  # type: ignore[misc]
             },
@@ -182,7 +186,8 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
         rows += [
             [f"{label} ({want})", "", "", ""],
             row("git grep -n P -- conversations/  (baseline)", git_plain),
-            row("git grep --untracked -I -z -F (jpfs's flags)", git_same),
+            row("git grep -I -z -F ... (what jpfs runs)", git_same),
+            row("  the same with --untracked", got["untracked"]),
             row(
                 "jpfs conversation grep P",
                 jpfs,
@@ -195,6 +200,7 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
             "matches": want,
             "git_grep": git_plain.to_json(),
             "git_grep_jpfs_flags": git_same.to_json(),
+            "git_grep_jpfs_flags_untracked": got["untracked"].to_json(),
             "jpfs_grep": jpfs.to_json(),
             "search_grep_in_process": inproc.to_json(),
             "ratio": jpfs.median / base,

@@ -106,7 +106,8 @@ def bench_single(repo: Path, commits: int) -> float:
     """Commits/s of one thread using the Committer."""
     target = repo / "conversations" / "single"
     target.mkdir(exist_ok=True)
-    with Committer(repo, maintenance_every=0) as committer:
+    committer = Committer(repo, maintenance_every=0)
+    try:
         committer.commit_pending()  # warm up: parses the index once
         start = time.perf_counter()
         for i in range(commits):
@@ -119,6 +120,8 @@ def bench_single(repo: Path, commits: int) -> float:
             if committer.commit(change) is None:
                 raise RuntimeError("bench commit changed nothing")
         return commits / (time.perf_counter() - start)
+    finally:
+        committer.close(wait=True)  # no background repack racing the next phase
 
 
 def bench_threads(repo: Path, threads: int, writes: int) -> dict[str, float]:
@@ -126,7 +129,8 @@ def bench_threads(repo: Path, threads: int, writes: int) -> dict[str, float]:
     latencies: list[float] = []
     lock = threading.Lock()
     errors: list[BaseException] = []
-    with Committer(repo, maintenance_every=0) as committer:
+    committer = Committer(repo, maintenance_every=0)
+    try:
         # Steady state, as in the long-running daemon: the first commit parses the index.
         warm = repo / "conversations" / "warmup.md"
         warm.write_text(f"warm {time.time()}\n")
@@ -163,6 +167,8 @@ def bench_threads(repo: Path, threads: int, writes: int) -> dict[str, float]:
         for worker in workers:
             worker.join()
         elapsed = time.perf_counter() - start
+    finally:
+        committer.close(wait=True)  # no background repack racing fsck
     if errors:
         raise errors[0]
     latencies.sort()
@@ -194,6 +200,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             single = bench_single(repo, single_commits)
             threaded = bench_threads(repo, args.threads, args.writes)
             fsck = subprocess.run(["git", "fsck"], cwd=repo, capture_output=True, check=False)
+            if fsck.returncode:
+                print(fsck.stderr.decode(errors="replace")[-2000:], file=sys.stderr)
             results[str(files)] = {
                 "raw_commits_per_s": raw,
                 "single_commits_per_s": single,

@@ -1,7 +1,7 @@
 """Benchmark the agent runtime's own overhead with a zero-latency scripted provider.
 
 Usage: python bench/bench_runtime.py [--quick] [--runs N] [--cli-runs N] [--fanout-runs N]
-                                     [--children K]
+                                     [--children K] [--tree N]
 
 The ``zero`` profile answers with one text turn, instantly, onboarding off, so
 everything measured is jpfs: creating the conversation, the runner's steps and the
@@ -14,7 +14,9 @@ commits each step makes.
   ``jpfs query --new --agent zero --non-interactive hi``, and the ratio (b)/(a);
 * fan-out: a parent whose one scripted turn calls ``jp_query`` K=8 times (the
   children run in parallel threads), against K zero queries one after another
-  (measured in alternation, so load on the machine hits both alike).
+  (measured in alternation, so load on the machine hits both alike);
+* (a) again after adding N conversations of 10 events (default 10,000; 1,000 with
+  --quick; 0 skips it): what a query costs in a workspace that has been used.
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -42,6 +44,7 @@ from bench.common import (
     measure_interleaved,
     ms,
     pin_environment,
+    populate,
     print_machine,
     print_table,
     ratio,
@@ -196,10 +199,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cli-runs", type=int, help="subprocess queries timed (default 20)")
     parser.add_argument("--fanout-runs", type=int, help="fan-out parents timed (default 10)")
     parser.add_argument("--children", type=int, default=8, help="children per fan-out")
+    parser.add_argument("--tree", type=int, help="conversations for the large-workspace (a)")
     args = parser.parse_args(argv)
     runs = args.runs or (20 if args.quick else 50)
     cli_runs = args.cli_runs or (5 if args.quick else 20)
     fanout_runs = args.fanout_runs or (3 if args.quick else 10)
+    tree_size = args.tree if args.tree is not None else (1000 if args.quick else 10_000)
     pin_environment()
     print_machine()
     with temp_dir() as tmp:
@@ -212,6 +217,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         a = bench_in_process(ws, runs)
         b, helps = bench_subprocess(ws, cli_runs)
         seq, fan, fan_commits = bench_fanout(ws, fanout_runs, args.children)
+        big: dict[str, Any] | None = None
+        if tree_size:
+            built = populate(ws, tree_size, 10)
+            big = bench_in_process(ws, min(runs, 20))
 
     sa: Stats = a["stats"]
     ok = "ok" if sa.median < TARGET_S else "MISSED"
@@ -263,7 +272,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ],
         ],
     )
+    if big is not None:
+        sb: Stats = big["stats"]
+        print_table(
+            f"(a) as the workspace grows ({built.conversations:,} conversations x"
+            f" {built.events} events = {built.files:,} more files; {len(sb.samples)} runs)",
+            ["what", "median", "p99", "vs empty"],
+            [
+                ["(a) on the near-empty workspace above  (baseline)", ms(sa.median), "", "1.00x"],
+                [
+                    f"(a) with {built.conversations:,} conversations",
+                    ms(sb.median),
+                    ms(sb.p99),
+                    f"{ratio(sb.median, sa.median)} {'ok' if sb.median < TARGET_S else 'MISSED'}",
+                ],
+                ["    create: conversation + first commit", ms(big["create_s"]), "", ""],
+                ["    run: runner steps and their commits", ms(big["run_s"]), "", ""],
+                [
+                    f"    inside Committer.commit ({big['commits_per_query']:.0f} calls)",
+                    ms(big["commit_s"]),
+                    "",
+                    "",
+                ],
+            ],
+        )
     return {
+        "large_workspace": None
+        if big is None
+        else {
+            "conversations": tree_size,
+            **big["stats"].to_json(),
+            **{k: v for k, v in big.items() if k != "stats"},
+        },
         "runs": {"in_process": runs, "subprocess": cli_runs, "fanout": fanout_runs},
         "in_process": {**sa.to_json(), **{k: v for k, v in a.items() if k != "stats"}},
         "subprocess": b.to_json(),

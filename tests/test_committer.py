@@ -734,6 +734,29 @@ def test_sigkill_mid_commit_leaves_repo_usable(repo: Path) -> None:
     assert_consistent(repo)
 
 
+def test_big_commits_go_into_packfiles(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(committer_module, "_REPACK_EVERY", 3)
+    packs = repo / ".git/objects/pack"
+    with Committer(repo) as c:
+        for round_no in range(3):
+            for n in range(20):
+                write(repo, f"conversations/big/r{round_no}/m{n}.md", f"{round_no} {n}\n")
+            sha = c.commit(Change((f"conversations/big/r{round_no}",), f"batch {round_no}"))
+            assert sha is not None
+            assert git(repo, "show", f"{sha}:conversations/big/r{round_no}/m7.md") == (
+                f"{round_no} 7\n"
+            )
+            if round_no < 2:  # the third pack starts a repack that replaces them
+                for idx in packs.glob("*.idx"):
+                    git(repo, "verify-pack", str(idx))
+                assert len(list(packs.glob("*.pack"))) == round_no + 1
+                assert_consistent(repo)
+        # Every third pack starts a geometric repack in the background.
+        wait_for(lambda: len(list(packs.glob("*.pack"))) < 3, 20, "the geometric repack")
+        c.close(wait=True)
+    assert_consistent(repo)
+
+
 def test_maintenance_writes_commit_graph(repo: Path) -> None:
     with Committer(repo, maintenance_every=2) as c:
         for i in range(2):
@@ -744,6 +767,7 @@ def test_maintenance_writes_commit_graph(repo: Path) -> None:
             20,
             "commit-graph",
         )
+        c.close(wait=True)
 
 
 def test_closed_committer_refuses(repo: Path) -> None:
