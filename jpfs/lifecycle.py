@@ -10,7 +10,7 @@ import datetime as dt
 import re
 import shutil
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jpfs import branches, gitcli, ids, record, tree
 from jpfs.conversation import TASK, Conversation, create, now
@@ -18,6 +18,9 @@ from jpfs.errors import ConfigError, NotFoundError, StateError
 from jpfs.profiles import apply_overrides, load
 from jpfs.scope import resolve
 from jpfs.workspace import Workspace
+
+if TYPE_CHECKING:
+    from jpfs.committer import Identity
 
 ACTIVE_FILE = "active"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -61,8 +64,12 @@ def new_conversation(
     config: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
     commit: bool = True,
+    author: Identity | None = None,
 ) -> Conversation:
-    """Create a conversation (optionally with its task) and commit it."""
+    """Create a conversation (optionally with its task) and commit it.
+
+    ``author`` is who wrote the task: the user (None) or a calling agent.
+    """
     if parent is not None:
         parent = resolve(ws.conv_root, parent)
     full_id = ids.join(parent, conv_id or ids.generate()) if conv_id or parent else ids.generate()
@@ -87,7 +94,7 @@ def new_conversation(
         conv.write(TASK, task if task.endswith("\n") else task + "\n")
         event = "task"
     if commit:
-        record.commit(ws, conv.id, event, agent=agent)
+        record.commit(ws, conv.id, event, agent=agent, author=author)
     if activate:
         set_active(ws, conv.id)
     return conv

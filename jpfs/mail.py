@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jpfs import frontmatter, ids, record, scope
-from jpfs.conversation import INBOX, now
+from jpfs.conversation import INBOX, Conversation, now
 from jpfs.errors import ExistsError, FormatError, IdError, NotFoundError, ScopeError
 
 if TYPE_CHECKING:
@@ -175,7 +175,14 @@ def _commit(
     ws: Workspace, box: str, event: str, paths: Sequence[Path], msgs: Sequence[Message]
 ) -> None:
     note = msgs[0].id if len(msgs) == 1 else f"{len(msgs)} messages"
-    change = record.change(ws, box, event, [ws.rel(p) for p in paths], note=note)
+    senders = {m.sender for m in msgs}
+    author = None
+    if event in ("mail", "status") and len(senders) == 1 and HUMAN not in senders:
+        # Mail an agent sends is the agent's commit, like its events.
+        sender = next(iter(senders))
+        agent = Conversation(ws.conv_root, sender).meta().get("agent") or "agent"
+        author = record.agent_identity(str(agent))
+    change = record.change(ws, box, event, [ws.rel(p) for p in paths], note=note, author=author)
     extra = [("Jpfs-Message", m.id) for m in msgs]
     extra += [("Jpfs-From", s) for s in dict.fromkeys(m.sender for m in msgs)]
     ws.commit(dataclasses.replace(change, trailers=(*change.trailers, *extra)))

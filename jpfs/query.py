@@ -16,6 +16,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
+from typing import TYPE_CHECKING
 
 from jpfs import ids, lifecycle, locks, onboarding, record, scope, tree
 from jpfs.conversation import RESULT, TASK, Conversation
@@ -23,6 +24,9 @@ from jpfs.errors import StateError
 from jpfs.runtime import Runner
 from jpfs.state import State
 from jpfs.workspace import Workspace
+
+if TYPE_CHECKING:
+    from jpfs.committer import Identity
 
 
 @dataclass(frozen=True)
@@ -57,22 +61,22 @@ def outcome(conv: Conversation, state: State) -> Outcome:
     return Outcome(conv.id, state, text)
 
 
-def submit(
-    ws: Workspace, conv: Conversation, text: str, *, event_author: str | None = None
-) -> None:
+def submit(ws: Workspace, conv: Conversation, text: str, *, author: Identity | None = None) -> None:
     """Record ``text`` as the caller's input in whatever form the state calls for."""
     state = tree.state_of(conv)
     if state is State.EMPTY:
         conv.write(TASK, text.rstrip() + "\n")
-        record.commit(ws, conv.id, "task", agent=conv.meta().get("agent"))
+        record.commit(ws, conv.id, "task", agent=conv.meta().get("agent"), author=author)
     elif state is State.WAITING:
         n = onboarding.append_answers(conv, text)
-        record.commit(ws, conv.id, "answers", agent=conv.meta().get("agent"), note=f"round {n}")
+        record.commit(
+            ws, conv.id, "answers", agent=conv.meta().get("agent"), note=f"round {n}", author=author
+        )
     elif state in (State.IDLE, State.FAILED):
         if state is State.FAILED:
             conv.update(status="active")
         conv.append_event("user", text)
-        record.commit(ws, conv.id, "input", agent=conv.meta().get("agent"))
+        record.commit(ws, conv.id, "input", agent=conv.meta().get("agent"), author=author)
     elif state is State.KILLED:
         raise StateError(f"conversation {conv.id!r} was killed; fork it or start a new one")
     else:
@@ -97,6 +101,7 @@ def query(
     within: str | None = None,
     runner: Runner | None = None,
     extra: dict[str, object] | None = None,
+    author: Identity | None = None,
 ) -> Outcome:
     """Create (no ``conv_id``) or continue a conversation with ``text`` and run it."""
     runner = runner or Runner(ws)
@@ -121,11 +126,12 @@ def query(
                 onboarding=onboarding_enabled,
                 task=text or "",
                 extra=dict(extra or {}),
+                author=author,
             )
         else:
             conv = Conversation(ws.conv_root, target)
             if text:
-                submit(ws, conv, text)
+                submit(ws, conv, text, author=author)
             if activate:
                 lifecycle.set_active(ws, conv.id)
         state = runner.run_locked(conv)

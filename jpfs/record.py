@@ -12,6 +12,11 @@ if TYPE_CHECKING:
     from jpfs.workspace import Workspace
 
 
+def agent_identity(agent: str) -> Identity:
+    """Agents author their own commits; the committer stays the user running jpfs."""
+    return Identity(f"{agent} (jpfs agent)", f"{agent}@agents.jpfs.invalid")
+
+
 def change(
     ws: Workspace,
     conv_id: str,

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jpfs import frontmatter, locks, messages, onboarding, record, reports, runs, tree
-from jpfs.committer import Identity
 from jpfs.conversation import ANSWERS, RESULT, TASK, Conversation, now
 from jpfs.errors import FormatError, JpfsError, LimitError, ProviderError
 from jpfs.providers.base import Cancelled, Provider, Reply, Request
+from jpfs.record import agent_identity
 from jpfs.state import State
 from jpfs.tools.base import Tool, ToolContext, check_arguments
 from jpfs.workspace import Workspace
@@ -50,11 +50,6 @@ def make_provider(config: Mapping[str, Any]) -> Provider:
     from jpfs.providers.anthropic import AnthropicProvider
 
     return AnthropicProvider()
-
-
-def agent_identity(agent: str) -> Identity:
-    """Agents author their own commits; the committer stays the user running jpfs."""
-    return Identity(f"{agent} (jpfs agent)", f"{agent}@agents.jpfs.invalid")
 
 
 def system_prompt(config: Mapping[str, Any], conv_id: str) -> str:

@@ -152,6 +152,10 @@ enabled = true
     assert events_of(ws, child.id) == [
         "task", "questions", "answers", "ready", "input", "assistant", "result",
     ]  # fmt: skip
+    # The caller's input to its child is the calling agent's commit, not the user's.
+    authors = git(ws, "log", "--format=%an|%s", "--", f"conversations/{child.id}").splitlines()
+    assert f"lead (jpfs agent)|jpfs({child.id}): task" in authors
+    assert f"lead (jpfs agent)|jpfs({child.id}): answers round 1" in authors
 
 
 def test_library_onboard_reply_call(ws: Path) -> None:

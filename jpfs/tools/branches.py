@@ -27,7 +27,7 @@ def _author(ctx: ToolContext) -> Any:
     name = config.get("name") if isinstance(config, Mapping) else None
     if not ctx.conversation or not name:
         return None
-    from jpfs.runtime import agent_identity
+    from jpfs.record import agent_identity
 
     return agent_identity(str(name))
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jpfs import ids, profiles, scope, search, transcript, tree
+from jpfs import ids, profiles, record, scope, search, transcript, tree
 from jpfs.conversation import Conversation
 from jpfs.errors import LimitError, ProfileError, ToolError
 from jpfs.tools.base import JsonDict, Tool, ToolContext
@@ -99,13 +99,21 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
                 overrides=overrides,
                 runner=runner,
                 extra={"origin_call": call_id or None},
+                author=record.agent_identity(str(config.get("name") or "agent")),
             )
         except ProfileError as exc:
             raise ToolError(str(exc)) from exc
         return result.wrapped()
     if overrides:
         raise ToolError('overrides apply only when creating a conversation (id="new")')
-    result = query(ws, text, conv_id=target, within=ctx.conversation, runner=runner)
+    result = query(
+        ws,
+        text,
+        conv_id=target,
+        within=ctx.conversation,
+        runner=runner,
+        author=record.agent_identity(str(config.get("name") or "agent")),
+    )
     return result.wrapped()
 
 
