@@ -199,3 +199,36 @@ def test_batch_onboarding_forks_three_children(ws: Path, cli, tmp_path: Path) ->
         assert "Use Postgres in eu-west" in (conv.read("answers.md") or "")
         assert conv.events()[0].body.count("Use Postgres in eu-west") == 1
         assert events_of(ws, conv.id) == ["task", "input", "assistant", "result"]
+
+
+def test_answer_opens_the_editor_on_a_template(ws: Path, cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    write_profile(ws, "asker", ASKER.format(rounds=3, third=""))
+    first = cli("query", "--new", "--agent", "asker", "--non-interactive", "Migrate")
+    conv_id = first.stdout.split('"')[1]
+    editor = tmp_path / "editor.py"
+    seen = tmp_path / "seen.md"
+    # A stand-in editor: keeps a copy of what it was shown, then types an answer.
+    editor.write_text(
+        "import sys, shutil\n"
+        "shutil.copyfile(sys.argv[-1], sys.argv[1])\n"
+        "open(sys.argv[-1], 'a').write('Postgres, eu-west\\n')\n"
+    )
+    # The file to edit is appended to $VISUAL's words as one more argv item.
+    monkeypatch.setenv("VISUAL", f"{sys.executable} {editor} {seen}")
+    result = cli("answer", conv_id)
+    assert result.code == 0, result.stderr
+    shown = seen.read_text()
+    assert "> 1. Which database?" in shown and "<!--" in shown
+    answers = Conversation(ws / "conversations", conv_id).read("answers.md") or ""
+    assert "## Round 1\n\nPostgres, eu-west" in answers
+    assert "Which database" not in answers and "<!--" not in answers
+
+    second = cli("query", "--new", "--agent", "asker", "--non-interactive", "Again")
+    monkeypatch.setenv("VISUAL", f"{sys.executable} -c pass")
+    cancelled = cli("answer", second.stdout.split('"')[1])
+    assert cancelled.code == 1 and "empty answer" in cancelled.stderr
+    monkeypatch.setenv("VISUAL", f"{sys.executable} -c 'raise SystemExit(3)'")
+    failed = cli("answer", second.stdout.split('"')[1])
+    assert failed.code == 1 and "editor" in failed.stderr

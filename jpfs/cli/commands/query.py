@@ -109,6 +109,8 @@ ANSWER_TEMPLATE = """\
 
 
 def edit_answer(questions: str) -> str:
+    from jpfs.errors import ConfigError
+
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
     if not editor:
         return sys.stdin.read()
@@ -122,7 +124,10 @@ def edit_answer(questions: str) -> str:
 
         # The editor command is the user's own setting, split like a shell would;
         # the file name is a separate argv item.
-        subprocess.run([*shlex.split(editor), path], check=True)
+        try:
+            subprocess.run([*shlex.split(editor), path], check=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise ConfigError(f"the editor {editor!r} failed ({exc}); nothing was sent") from exc
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     finally:
