@@ -94,10 +94,8 @@ def own_paths(ws: Workspace, conv: Conversation) -> list[str]:
     its steps belong in its own commits; mail commits itself.
     """
     names = (CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, EVENTS, FILES)
-    # Existing ones only: a run never deletes them, and naming a missing path that is
-    # later a directory trips the committer's index sync (a committer bug).
-    paths = [conv.path / name for name in names]
-    return [ws.rel(p) for p in paths if os.path.lexists(p)] or [ws.rel(conv.path)]
+    # Missing ones too: a file the caller deleted is committed as deleted.
+    return [ws.rel(conv.path / name) for name in names]
 
 
 def cancel_event(runner: Runner, conv: Conversation) -> threading.Event:

@@ -105,7 +105,8 @@ class Runner:
             event = "answers"
         elif not conv.event_names() and conv.read(TASK) is not None:
             event = "task"
-        record.commit(self.ws, conv.id, event, agent=conv.meta().get("agent"))
+        paths = runs.own_paths(self.ws, conv)
+        record.commit(self.ws, conv.id, event, agent=conv.meta().get("agent"), paths=paths)
 
     # -- the loop ---------------------------------------------------------------------
     def run(self, conv_id: str) -> State:
