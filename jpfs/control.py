@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jpfs import background, frontmatter, ids, locks, mail, record, runs, scope, tree
@@ -71,12 +72,14 @@ def check_limits(ws: Workspace, parent: Conversation, *, agent: bool, starting: 
 # -- fork ------------------------------------------------------------------------------
 
 
-def _child_for_call(ws: Workspace, parent: str, call_id: str) -> str | None:
-    """The child an earlier attempt of this very tool call created (crash resume)."""
-    for child in tree.walk(ws.conv_root, parent):
-        if ids.parent(child) == parent and (
-            Conversation(ws.conv_root, child).meta().get("origin_call") == call_id
-        ):
+def find_child_for_call(conv_root: Path, parent: str, call_id: str) -> str | None:
+    """The child a previous attempt of this very tool call created (crash resume)."""
+    if not call_id:
+        return None
+    for child in tree.walk(conv_root, parent):
+        if ids.parent(child) != parent:
+            continue
+        if Conversation(conv_root, child).meta().get("origin_call") == call_id:
             return child
     return None
 
@@ -155,7 +158,7 @@ def fork(
     prompt = prompt if prompt and prompt.strip() else None
     starting = start_run and prompt is not None
     if call_id:
-        existing = _child_for_call(ws, parent, call_id)
+        existing = find_child_for_call(ws.conv_root, parent, call_id)
         if existing is not None:
             if starting:
                 background.start(ws, existing, runner=runner, detached=detached)

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jpfs import ids, profiles, record, scope, search, transcript, tree
+from jpfs import control, profiles, record, scope, search, transcript, tree
 from jpfs.conversation import Conversation
-from jpfs.errors import LimitError, ProfileError, ToolError
+from jpfs.errors import ProfileError, ToolError
 from jpfs.tools.base import JsonDict, Tool, ToolContext
 
 
@@ -30,38 +30,6 @@ def _caller_config(ctx: ToolContext) -> Mapping[str, Any]:
 
 def allowed_agents(config: Mapping[str, Any]) -> list[str]:
     return [str(a) for a in config.get("tools", {}).get("agents", [])]
-
-
-def find_child_for_call(conv_root: Path, parent: str, call_id: str) -> str | None:
-    """The child a previous attempt of this very tool call created (crash resume)."""
-    if not call_id:
-        return None
-    for child in tree.walk(conv_root, parent):
-        if ids.parent(child) != parent:
-            continue
-        if Conversation(conv_root, child).meta().get("origin_call") == call_id:
-            return child
-    return None
-
-
-def check_limits(ctx: ToolContext, config: Mapping[str, Any]) -> None:
-    limits = config.get("limits", {})
-    ws = _ws(ctx)
-    max_children = int(limits.get("max_children", 8))
-    existing = [
-        c for c in tree.walk(ws.conv_root, ctx.conversation) if ids.parent(c) == ctx.conversation
-    ]
-    if len(existing) >= max_children:
-        raise LimitError(
-            f"max_children reached: {ctx.conversation!r} already has {len(existing)} children"
-            f" (limit {max_children}); continue or kill an existing one"
-        )
-    max_depth = int(limits.get("max_depth", 3))
-    if ids.depth(ctx.conversation) + 1 > max_depth:
-        raise LimitError(
-            f"max_depth reached: a child of {ctx.conversation!r} would be at depth"
-            f" {ids.depth(ctx.conversation) + 1} (limit {max_depth})"
-        )
 
 
 def jp_query(ctx: ToolContext, args: JsonDict) -> str:
@@ -81,7 +49,7 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
                 f" (allowed: {', '.join(allowed_agents(config)) or 'none'})"
             )
         call_id = str(ctx.services.get("call_id", ""))
-        existing = find_child_for_call(ws.conv_root, ctx.conversation, call_id)
+        existing = control.find_child_for_call(ws.conv_root, ctx.conversation, call_id)
         if existing is not None:
             # A crash between creating the child and writing its task.md: hand it the task.
             empty = tree.state_of(Conversation(ws.conv_root, existing)) == "empty"
@@ -89,7 +57,8 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
             return str(
                 query(ws, again, conv_id=existing, within=ctx.conversation, runner=runner).wrapped()
             )
-        check_limits(ctx, config)
+        parent = Conversation(ws.conv_root, ctx.conversation)
+        control.check_limits(ws, parent, agent=True, starting=False)
         try:
             result = query(
                 ws,
