@@ -1,7 +1,7 @@
 """Benchmark jpfs.committer against a raw git plumbing loop.
 
 Usage: python bench/bench_commit.py [--files 10000] [--commits N] [--threads 50]
-                                    [--writes K]
+                                    [--writes K] [--quick]
 
 Without --files it runs at 10k and 100k files. For each size it builds a temp repo whose
 HEAD and index hold that many files (git fast-import + read-tree; the files are not
@@ -187,8 +187,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--commits", type=int, default=0, help="commits per single/raw run")
     parser.add_argument("--threads", type=int, default=50)
     parser.add_argument("--writes", type=int, default=20, help="writes per thread")
+    parser.add_argument("--quick", action="store_true", help="10k files and fewer commits")
     args = parser.parse_args(argv)
-    sizes = args.files or [10_000, 100_000]
+    sizes = args.files or ([10_000] if args.quick else [10_000, 100_000])
+    if args.quick:
+        args.commits = args.commits or 20
+        args.writes = min(args.writes, 10)
     results: dict[str, Any] = {}
     scratch = Path(tempfile.mkdtemp(prefix="jpfs-bench-"))
     try:

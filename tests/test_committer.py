@@ -20,7 +20,8 @@ import pytest
 from pygit2.enums import ConfigLevel
 
 import jpfs
-import jpfs.committer as committer_module
+import jpfs.committer.core as committer_core
+import jpfs.committer.indexfile as indexfile
 from jpfs.committer import Change, Committer, Identity
 from jpfs.errors import GitError, ScopeError
 
@@ -398,13 +399,13 @@ def test_stale_index_written_back_by_git_is_healed(repo: Path, committer: Commit
 
 
 def test_index_codec_random_edits(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(committer_module, "_CHUNK", 4)  # edits cross chunk boundaries
+    monkeypatch.setattr(indexfile, "_CHUNK", 4)  # edits cross chunk boundaries
     for n in range(40):
         write(repo, f"d{n % 5}/s{n % 3}/f{n}.txt", f"{n}\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "seed")  # leaves a fully valid cache-tree
     index_path = repo / ".git/index"
-    index = committer_module._FastIndex.parse(index_path.read_bytes(), index_path.stat())
+    index = indexfile.FastIndex.parse(index_path.read_bytes(), index_path.stat())
     assert index.cache_tree is not None
     model = {
         line.split("\t")[1]: line.split()[:2] for line in git(repo, "ls-files", "-s").splitlines()
@@ -639,7 +640,7 @@ HOLD_LOCKS = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from jpfs.committer import Committer, _LockFile
+    from jpfs.committer import Committer
 
     repo = Path(sys.argv[1])
     c = Committer(repo)
@@ -735,7 +736,7 @@ def test_sigkill_mid_commit_leaves_repo_usable(repo: Path) -> None:
 
 
 def test_big_commits_go_into_packfiles(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(committer_module, "_REPACK_EVERY", 3)
+    monkeypatch.setattr(committer_core, "_REPACK_EVERY", 3)
     packs = repo / ".git/objects/pack"
     with Committer(repo) as c:
         for round_no in range(3):
