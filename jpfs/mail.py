@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jpfs import frontmatter, ids, record, scope
+from jpfs import frontmatter, gitcli, ids, record, scope
 from jpfs.conversation import INBOX, Conversation, now
 from jpfs.errors import ExistsError, FormatError, IdError, NotFoundError, ScopeError
 
@@ -392,8 +392,20 @@ def pending_input(ws: Workspace, conv_id: str) -> list[Message]:
     answers or empty, whoever runs it (:func:`jpfs.control.deliver`, called from
     every run) turns these into its next input and marks them read, in one commit.
     The daemon runs a conversation in those states when this list is not empty.
+
+    Only messages already committed count: a sender writes the message, then commits
+    it, then starts the recipient. Taking one in between would let the sender's commit
+    pick up the read mark, splitting "input + read mark" over two commits.
     """
-    return [m for m in check(ws, conv_id) if m.kind == "message" and is_caller(m.sender, conv_id)]
+    unread = [
+        m for m in check(ws, conv_id) if m.kind == "message" and is_caller(m.sender, conv_id)
+    ]
+    if not unread:
+        return []
+    paths = [ws.rel(message_path(ws, conv_id, m.id)) for m in unread]
+    listed = gitcli.run(ws.root, ["ls-tree", "--name-only", "HEAD", "--", *paths], check=False)
+    committed = set(listed.stdout.splitlines()) if listed.returncode == 0 else set()
+    return [m for m, path in zip(unread, paths, strict=True) if path in committed]
 
 
 def as_input(msgs: Sequence[Message]) -> str:

@@ -213,7 +213,12 @@ def test_user_work_in_the_same_repo_is_never_lost_or_swept_in(daemon_proc: Daemo
         wait_until(lambda n=n: commit_as_user(ws, n), message="git add + commit")
         mine.append(git(ws, "rev-parse", "HEAD").strip())
     (ws / "staged.txt").write_text("staged, not committed\n")
-    git(ws, "add", "staged.txt")
+
+    def staged() -> bool:
+        git(ws, "add", "staged.txt", check=False)  # fails while the daemon holds index.lock
+        return "staged.txt" in git(ws, "diff", "--cached", "--name-only")
+
+    wait_until(staged, message="git add (retried, as a user would)")
     (ws / "README.md").write_text("# unstaged edit\n")
 
     wait_until(

@@ -253,7 +253,9 @@ def test_mail_from_the_caller_continues_an_idle_conversation(
         w.root, "log", "-1", "--format=%H", "--", f"conversations/{first}/events/0003-user.md"
     )
     changed = git(w.root, "show", "--name-only", "--format=", commit.strip()).split()
-    assert f"conversations/{first}/inbox/{msg.id}.md" in changed
+    assert f"conversations/{first}/inbox/{msg.id}.md" in changed, git(
+        w.root, "log", "--stat", "--format=%s%n%b", "-8"
+    )
     # Mail from a child (not its caller) does not start the parent.
     assert control.send(w, "lead", "fyi", "x", sender=first, runner=runner)[1] is False
 

@@ -269,7 +269,12 @@ def test_cancelled_request_kills_its_run(
                 return any(r["id"] == child and r["status"] == "killed" for r in json.loads(text))
 
             await wait_for(killed)
-            assert not locks.is_locked(mcp_ws / ".jpfs" / "local", child)
+
+            async def unlocked() -> bool:
+                # The status is written (and listed) just before the run lets go of its lock.
+                return not locks.is_locked(mcp_ws / ".jpfs" / "local", child)
+
+            await wait_for(unlocked)
             assert Conversation(conv_root, child).meta()["status"] == "killed"
             # The server is still serving.
             text, err = await call(session, "jp_query", config="quick", query="again")
