@@ -12,7 +12,7 @@ import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pygit2
@@ -24,6 +24,7 @@ import jpfs.committer.core as committer_core
 import jpfs.committer.indexfile as indexfile
 from jpfs.committer import Change, Committer, Identity
 from jpfs.errors import GitError, ScopeError
+from tests.conftest import wait_until
 
 PROJECT_ROOT = Path(jpfs.__file__).resolve().parent.parent
 USER = ("Ann User", "ann@example.com")
@@ -105,14 +106,6 @@ def assert_consistent(repo: Path, *, clean: bool = True) -> None:
 def trailer_values(repo: Path, key: str) -> list[str]:
     out = git(repo, "log", f"--format=%(trailers:key={key},valueonly)")
     return [line for line in out.splitlines() if line]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 # ---------------------------------------------------------------------------- messages
@@ -377,7 +370,7 @@ def test_racily_clean_user_entry_is_smudged(repo: Path, committer: Committer) ->
             break
     else:
         pytest.skip("could not stage a racy entry within one second")
-    wait_for(lambda: int(time.time()) > index_second, 3, "the next second")
+    wait_until(lambda: int(time.time()) > index_second, timeout=3, message="the next second")
     write(repo, "conversations/r.md", "r\n")
     assert committer.commit(Change(("conversations/r.md",), "r")) is not None
     assert "racy.txt" in git(repo, "diff", "--name-only")
@@ -394,7 +387,9 @@ def test_stale_index_written_back_by_git_is_healed(repo: Path, committer: Commit
     stale.write_bytes(before)
     os.replace(stale, index)
     assert rel not in git(repo, "ls-files")
-    wait_for(lambda: rel in git(repo, "ls-files"), 5, "the watcher to heal the index")
+    wait_until(
+        lambda: rel in git(repo, "ls-files"), timeout=5, message="the watcher to heal the index"
+    )
     assert_consistent(repo)
 
 
@@ -753,7 +748,9 @@ def test_big_commits_go_into_packfiles(repo: Path, monkeypatch: pytest.MonkeyPat
                 assert len(list(packs.glob("*.pack"))) == round_no + 1
                 assert_consistent(repo)
         # Every third pack starts a geometric repack in the background.
-        wait_for(lambda: len(list(packs.glob("*.pack"))) < 3, 20, "the geometric repack")
+        wait_until(
+            lambda: len(list(packs.glob("*.pack"))) < 3, timeout=20, message="the geometric repack"
+        )
         c.close(wait=True)
     assert_consistent(repo)
 
@@ -763,10 +760,10 @@ def test_maintenance_writes_commit_graph(repo: Path) -> None:
         for i in range(2):
             c.commit(Change((write(repo, f"conversations/g{i}.md", "g\n"),), "g"))
         info = repo / ".git/objects/info"
-        wait_for(
+        wait_until(
             lambda: (info / "commit-graph").exists() or (info / "commit-graphs").exists(),
-            20,
-            "commit-graph",
+            timeout=20,
+            message="commit-graph",
         )
         c.close(wait=True)
 
