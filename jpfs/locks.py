@@ -59,9 +59,13 @@ def conversation_lock(
 
 
 def is_locked(local_dir: Path, conv_id: str) -> bool:
-    path = lock_path(local_dir, conv_id)
+    return is_held(lock_path(local_dir, conv_id))
+
+
+def is_held(path: Path) -> bool:
+    """Whether some process holds the flock on ``path`` (without waiting for it)."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
     try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from jpfs import locks
 from jpfs.errors import DaemonError
 from jpfs.workspace import Workspace
 
@@ -97,19 +98,7 @@ def instance_lock(files: Files) -> Iterator[None]:
 
 
 def is_running(files: Files) -> bool:
-    try:
-        fd = os.open(files.lock, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    return locks.is_held(files.lock)
 
 
 def read_pid(files: Files) -> int | None:
