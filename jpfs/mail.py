@@ -397,9 +397,7 @@ def pending_input(ws: Workspace, conv_id: str) -> list[Message]:
     it, then starts the recipient. Taking one in between would let the sender's commit
     pick up the read mark, splitting "input + read mark" over two commits.
     """
-    unread = [
-        m for m in check(ws, conv_id) if m.kind == "message" and is_caller(m.sender, conv_id)
-    ]
+    unread = [m for m in check(ws, conv_id) if m.kind == "message" and is_caller(m.sender, conv_id)]
     if not unread:
         return []
     paths = [ws.rel(message_path(ws, conv_id, m.id)) for m in unread]
