@@ -43,7 +43,11 @@ def root(
     ] = None,
     cfg: Annotated[
         list[str] | None,
-        typer.Option("--cfg", help="KEY=VALUE, FILE.toml or NONE; repeatable, applied in order."),
+        typer.Option(
+            "--cfg",
+            metavar="SPEC",
+            help="KEY=VALUE, FILE.toml or NONE; repeatable, applied in order.",
+        ),
     ] = None,
 ) -> None:
     state.workspace = workspace

@@ -34,7 +34,8 @@ def query(
     ] = None,
     root_id: RootId = None,
     cfg: Annotated[
-        list[str] | None, typer.Option("--cfg", help="Config layer (see jpfs --help).")
+        list[str] | None,
+        typer.Option("--cfg", metavar="SPEC", help="Config layer (see jpfs --help)."),
     ] = None,
     hidden: Annotated[bool, typer.Option("--hidden")] = False,
     tmp: Annotated[str | None, typer.Option("--tmp", help="Expire after DURATION.")] = None,
