@@ -110,7 +110,7 @@ def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[
             "inproc": lambda: tree.listing(conv_root),
             # Where listing's time goes: finding the ids, then parsing conversation.toml.
             "walk": lambda: list(tree.walk(conv_root)),
-            "meta": lambda: [Conversation(conv_root, i).meta() for i in ids],
+            "meta": lambda: [Conversation(conv_root, i).summary() for i in ids],
         },
         repeat=repeat,
         warmup=0,  # the check above has read the tree once
@@ -134,7 +134,7 @@ def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[
                 f"{inproc.median / conversations * 1e6:.0f} us",
             ],
             ["  of which tree.walk() (the ids)", ms(walk.median), ms(walk.p99), share(walk)],
-            ["  of which conversation.toml parsing", ms(meta.median), ms(meta.p99), share(meta)],
+            ["  of which conversation.toml (summary)", ms(meta.median), ms(meta.p99), share(meta)],
         ],
     )
     return {

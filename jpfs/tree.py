@@ -112,7 +112,7 @@ def _iso(value: Any) -> str:
 
 def info(conv: Conversation) -> Info:
     try:
-        meta = conv.meta()
+        meta = conv.summary()
         status = str(derive(snapshot(conv, meta)))
     except FormatError:
         meta, status = {}, "broken"
