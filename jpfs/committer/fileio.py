@@ -47,24 +47,19 @@ def writev_all(fd: int, buffers: Sequence[bytes]) -> None:
 def replace_file(target: Path, buffers: Sequence[bytes], tmp_dir: Path, fsync: bool) -> None:
     """Replace ``target`` atomically (temp file + rename) while its lock stays held."""
     tmp = tmp_dir / f"tmp-{os.getpid()}-{secrets.token_hex(6)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    try:
-        try:
-            writev_all(fd, buffers)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    _write_renamed(tmp, target, buffers, 0o666, fsync)
 
 
 def write_new(target: Path, buffers: Sequence[bytes], tmp_prefix: Path, fsync: bool) -> None:
+    """Write an immutable object file (read-only, as git does) via temp file + rename."""
     tmp = Path(f"{tmp_prefix}{os.getpid()}_{secrets.token_hex(6)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    _write_renamed(tmp, target, buffers, 0o444, fsync)
+
+
+def _write_renamed(
+    tmp: Path, target: Path, buffers: Sequence[bytes], mode: int, fsync: bool
+) -> None:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         try:
             writev_all(fd, buffers)
