@@ -91,6 +91,7 @@ class Conversation:
         self.id = ids.validate(conv_id)
         self.root = conv_root
         self.path = conversation_path(conv_root, self.id)
+        self._config: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"Conversation({self.id!r})"
@@ -156,8 +157,15 @@ class Conversation:
 
     @property
     def config(self) -> dict[str, Any]:
-        cfg = self.meta().get("config", {})
-        return cfg if isinstance(cfg, dict) else {}
+        """The agent configuration snapshot. It never changes once written (it is not
+        re-applied from the profile), so one handle parses it once: a run asks for it
+        at every step."""
+        if self._config is None:
+            cfg = self.meta().get("config", {})
+            if not isinstance(cfg, dict) or not cfg:
+                return {}  # not written yet (a conversation being adopted): ask again
+            self._config = cfg
+        return self._config
 
     @property
     def status(self) -> str:
