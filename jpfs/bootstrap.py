@@ -1,4 +1,4 @@
-"""``jpfs init``: turn a git work tree into a jpfs workspace, in one commit."""
+"""``jpfs init``: turn a git work tree into a jpfs workspace with its record branch."""
 
 from __future__ import annotations
 
@@ -11,12 +11,6 @@ from jpfs.errors import WorkspaceError
 from jpfs.workspace import JPFS_DIR, LOCAL_DIR, Workspace, git_toplevel, open_workspace
 
 IGNORE_LINE = f"/{LOCAL_DIR}/"
-CONV_README = """# Conversations
-
-Each directory here is a jpfs conversation; a sub-agent's conversation is a
-subdirectory of its caller's. Write `task.md` in a new directory to start one.
-See the jpfs protocol for the files and what they mean.
-"""
 
 
 def template_text(*parts: str) -> str:
@@ -39,8 +33,13 @@ def _write_if_absent(path: Path, text: str, written: list[Path]) -> None:
     written.append(path)
 
 
-def init_workspace(path: Path, *, git_init: bool = False) -> tuple[Workspace, str | None]:
-    """Create (or complete) the workspace; returns it and the init commit (None if unchanged)."""
+def init_workspace(path: Path, *, git_init: bool = False) -> tuple[Workspace, list[Path]]:
+    """Create (or complete) the workspace; returns it and the files written.
+
+    The project files (``.jpfs/``, the ``.gitignore`` lines) are written into the work
+    tree for the user to commit; nothing is staged or committed on the user's branch.
+    The record branch and its worktree are created (or re-attached) here.
+    """
     path = path.resolve()
     if not path.is_dir():
         raise WorkspaceError(f"{path} is not a directory")
@@ -58,30 +57,21 @@ def init_workspace(path: Path, *, git_init: bool = False) -> tuple[Workspace, st
     _write_if_absent(jpfs_dir / config_mod.CONFIG_FILE, template_text("config.toml"), written)
     for name in template_agents():
         _write_if_absent(jpfs_dir / "agents" / name, template_text("agents", name), written)
-    gitignore = top / ".gitignore"
-    lines = gitignore.read_text(encoding="utf-8").splitlines() if gitignore.exists() else []
-    if not any(line.strip() in (IGNORE_LINE, IGNORE_LINE.lstrip("/"), LOCAL_DIR) for line in lines):
-        lines.append(IGNORE_LINE)
-        gitignore.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        written.append(gitignore)
     ws = open_workspace(top, search=False)
-    _write_if_absent(ws.conv_root / "README.md", CONV_README, written)
+    if _add_ignore_lines(top, [IGNORE_LINE, f"/{ws.conv_root_rel}/"]):
+        written.append(top / ".gitignore")
     ws.ensure_local()
-    if not written:
-        return ws, None
-    from jpfs.committer import Change, Committer
+    ws.ensure_record()
+    return ws, written
 
-    owned = (JPFS_DIR, ".gitignore", ws.conv_root_rel)
-    committer = Committer(top, owned=owned)
-    try:
-        sha = committer.commit(
-            Change(
-                paths=(f"{JPFS_DIR}/config.toml", f"{JPFS_DIR}/agents", ".gitignore",
-                       f"{ws.conv_root_rel}/README.md"),
-                subject="jpfs: init",
-                trailers=(("Jpfs-Event", "init"),),
-            )
-        )  # fmt: skip
-    finally:
-        committer.close()
-    return ws, sha
+
+def _add_ignore_lines(top: Path, wanted: list[str]) -> bool:
+    gitignore = top / ".gitignore"
+    text = gitignore.read_text(encoding="utf-8") if gitignore.exists() else ""
+    have = {line.strip().strip("/") for line in text.splitlines()}
+    missing = [line for line in wanted if line.strip("/") not in have]
+    if not missing:
+        return False
+    sep = "" if not text or text.endswith("\n") else "\n"
+    gitignore.write_text(text + sep + "\n".join(missing) + "\n", encoding="utf-8")
+    return True

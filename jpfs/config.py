@@ -32,6 +32,7 @@ class Key:
 
 SCHEMA: dict[str, Key] = {
     "conversations.root": Key(str, "conversations", "directory of the conversation tree"),
+    "record.branch": Key(str, "jpfs-record", "the branch that holds the record"),
     "conversations.default_agent": Key(str, "default", "profile used when none is named"),
     "agents.allowed": Key(
         list,

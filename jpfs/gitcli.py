@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from jpfs.errors import GitError
@@ -16,10 +16,17 @@ def run(
     check: bool = True,
     input: str | None = None,
     ok: Sequence[int] = (0,),
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     try:
         proc = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, input=input, check=False
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            input=input,
+            check=False,
+            env=env,
         )
     except FileNotFoundError as exc:
         raise GitError("git is not installed or not on PATH") from exc

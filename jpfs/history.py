@@ -54,14 +54,16 @@ def parse_trailers(block: str) -> list[dict[str, str]]:
 
 
 def log(
-    ws_root: Path, conv_root_rel: str, conv_id: str | None = None, *, limit: int | None = None
+    ws_root: Path, branch: str, conv_id: str | None = None, *, limit: int | None = None
 ) -> list[Entry]:
-    path = f"{conv_root_rel}/{conv_id}" if conv_id else conv_root_rel
+    """The record's history (branch ``branch``), of ``conv_id``'s subtree or of all."""
     fmt = FIELD.join(["%H", "%aI", "%an", "%s", "%(trailers:only,unfold)"]) + RECORD
     args = ["log", f"--format={fmt}", "--no-color"]
     if limit:
         args.append(f"-n{limit}")
-    proc = gitcli.run(ws_root, [*args, "--", path], ok=(0, 128))
+    # The record's tree root is the conversation root: an id is a path on the branch.
+    pathspec = ["--", f":(literal){conv_id}"] if conv_id else []
+    proc = gitcli.run(ws_root, [*args, f"refs/heads/{branch}", *pathspec], ok=(0, 128))
     if proc.returncode == 128:  # no commits yet
         return []
     out = []

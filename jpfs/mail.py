@@ -400,8 +400,8 @@ def pending_input(ws: Workspace, conv_id: str) -> list[Message]:
     unread = [m for m in check(ws, conv_id) if m.kind == "message" and is_caller(m.sender, conv_id)]
     if not unread:
         return []
-    paths = [ws.rel(message_path(ws, conv_id, m.id)) for m in unread]
-    listed = gitcli.run(ws.root, ["ls-tree", "--name-only", "HEAD", "--", *paths], check=False)
+    paths = [message_path(ws, conv_id, m.id).relative_to(ws.conv_root).as_posix() for m in unread]
+    listed = gitcli.run(ws.conv_root, ["ls-tree", "--name-only", "HEAD", "--", *paths], check=False)
     committed = set(listed.stdout.splitlines()) if listed.returncode == 0 else set()
     return [m for m, path in zip(unread, paths, strict=True) if path in committed]
 

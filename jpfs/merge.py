@@ -2,8 +2,7 @@
 
 The target is the parent's workspace: the parent's (inherited) branch, checked out in its
 worktree, or, at the top, whatever is checked out in the main work tree, where the user
-may have uncommitted edits and the committer keeps landing conversation commits. So the
-merge is done with plumbing, never ``git merge`` (which would need a clean-ish tree and
+may have uncommitted edits. So the merge is done with plumbing, never ``git merge`` (which would need a clean-ish tree and
 could leave a half-merged state behind):
 
 1. ``git merge-tree --write-tree tip branch``: the merged tree, computed in the object
@@ -17,12 +16,9 @@ could leave a half-merged state behind):
    uncommitted changes or an untracked file is in the way -> :class:`MergeConflict`
    naming them, nothing changed. It holds ``index.lock`` like any git command, so it
    serialises with the committer's index updates and the user's ``git add``.
-4. Under git's lock on the branch ref (``<ref>.lock``, the lock ``update-ref``, git and
-   the committer take), re-read the tip: if the committer landed conversation commits
-   meanwhile (they never touch project paths), M is rebuilt on the new tip; then the ref
-   is written and its reflog appended. The committer waits the few milliseconds this
-   takes, so a busy workspace cannot starve a merge. Any failure after step 3 undoes it
-   (``read-tree -m -u M tip``).
+4. ``git update-ref REF M tip``: git's own compare-and-swap. jpfs commits on its record
+   branch, never here, so only a user's commit can move the branch in between; then
+   step 3 is undone (``read-tree -m -u M tip``) and the merge reports it, nothing forced.
 
 Index and working tree are updated before the branch moves, never after: a user's
 ``git commit`` in between then at worst includes the merged files (and the merge commit
@@ -32,7 +28,6 @@ without them, silently reverting the child's work.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -45,7 +40,6 @@ from jpfs.branches import (
     commit_tree,
     flock,
     git_out,
-    identity_env,
     is_ancestor,
     is_ready,
     require_fork,
@@ -61,7 +55,6 @@ if TYPE_CHECKING:
     from jpfs.committer import Identity
 
 LOCK_WAIT = 5.0
-REF_LOCK_WAIT = 10.0
 _IN_PROGRESS = ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply")
 _QUOTED = re.compile(r"'([^']+)'")
 
@@ -157,93 +150,27 @@ def merge_into(
         tree = _merged_tree(root, tip, theirs, label)
         return commit_tree(root, tree, [tip, theirs], subject, trailers, body=body, author=author)
 
-    merged0 = merge_commit(tip0)
-    _switch(root, tip0, merged0, label)
-    try:
-        with _RefLock(root, ref) as lock:
-            if _head_ref(root) != ref:
-                raise StateError(f"{label}: another branch was checked out meanwhile; retry")
-            tip = rev(root, ref)
-            if tip is None:
-                raise GitError(f"{label}: {ref} vanished during the merge")
-            if tip != tip0 and is_ancestor(root, theirs, tip):
-                return tip, True  # merged by someone else meanwhile
-            # Only what the committer (or a user) landed meanwhile is new: merge again.
-            merged = merged0 if tip == tip0 else merge_commit(tip)
-            lock.commit(merged, tip, f"merge {theirs[:12]}: {subject}")
-            return merged, False
-    except BaseException:
-        _switch(root, merged0, tip0, label)  # index and work tree back to the branch
-        raise
+    merged = merge_commit(tip0)
+    _switch(root, tip0, merged, label)
+    # git's own compare-and-swap: only a user's commit can move the branch meanwhile
+    # (jpfs commits on the record branch), and then the merge is undone, not forced.
+    status, _, err = run_git(
+        root, "update-ref", "-m", f"merge {theirs[:12]}: {subject}", ref, merged, tip0,
+        ok=(0, 1, 128),
+    )  # fmt: skip
+    if status != 0:
+        _switch(root, merged, tip0, label)  # index and work tree back to the branch
+        raise StateError(
+            f"{label}: {ref} moved during the merge ({err.strip().splitlines()[-1:]}); "
+            "nothing was changed, retry"
+        )
+    return merged, False
 
 
 def _head_ref(root: Path) -> str:
     """The ref a merge moves: HEAD's branch, or HEAD itself when detached."""
     status, out, _ = run_git(root, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
     return out.strip() if status == 0 else "HEAD"
-
-
-class _RefLock:
-    """git's ref lock (``<ref>.lock``, O_EXCL), held while the merge lands.
-
-    ``update-ref OLD`` alone is a CAS, but re-merging after a lost race takes a few git
-    calls, longer than the committer needs between two commits, so a busy workspace
-    could starve a merge. Holding the lock file makes the committer (and git) wait a few
-    milliseconds instead; they both poll it. A crash while it is held leaves the lock
-    file, exactly as with git; the error of the next writer names it.
-    """
-
-    def __init__(self, root: Path, ref: str) -> None:
-        where = "--git-dir" if ref == "HEAD" else "--git-common-dir"
-        self.base = Path(git_out(root, "rev-parse", "--path-format=absolute", where))
-        self.root, self.ref = root, ref
-        self.target = self.base / ref
-        self.lock = self.target.with_name(self.target.name + ".lock")
-        self.fd: int | None = None
-        self.landed = False
-
-    def __enter__(self) -> _RefLock:
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + REF_LOCK_WAIT
-        delay = 0.001
-        while True:
-            try:
-                self.fd = os.open(self.lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
-                return self
-            except FileExistsError:
-                if time.monotonic() >= deadline:
-                    raise GitError(
-                        f"{self.lock} exists: another git process seems to be running;"
-                        " if none is, remove that file and retry"
-                    ) from None
-                time.sleep(delay)  # git's own answer to a busy lock file: poll it
-                delay = min(delay * 2, 0.05)
-
-    def commit(self, new: str, old: str, message: str) -> None:
-        assert self.fd is not None
-        os.write(self.fd, f"{new}\n".encode())
-        os.close(self.fd)
-        self.fd = None
-        os.replace(self.lock, self.target)
-        self.landed = True
-        env = identity_env(self.root, None)
-        ident = run_git(self.root, "var", "GIT_COMMITTER_IDENT", env=env)[1].strip()
-        line = f"{old} {new} {ident}\t{message}\n".encode()
-        logs = [self.base / "logs" / self.ref]
-        if self.ref != "HEAD":
-            gitdir = Path(git_out(self.root, "rev-parse", "--path-format=absolute", "--git-dir"))
-            logs.append(gitdir / "logs" / "HEAD")
-        for log in logs:
-            if log.exists() or log == logs[0]:
-                log.parent.mkdir(parents=True, exist_ok=True)
-                with open(log, "ab") as fh:  # one O_APPEND write, like git
-                    fh.write(line)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-        if not self.landed:
-            self.lock.unlink(missing_ok=True)
 
 
 def _refuse_in_progress(root: Path, label: str) -> None:

@@ -54,8 +54,7 @@ def owner(rel: str) -> tuple[str, str]:
 
 
 def grep(
-    ws_root: Path,
-    conv_root_rel: str,
+    conv_root: Path,
     pattern: str,
     *,
     only: Iterable[str] = (),
@@ -72,12 +71,13 @@ def grep(
         except re.error as exc:
             raise PatternError(f"bad regular expression {pattern!r}: {exc}") from exc
     only = list(only)
+    # git runs in the record worktree, whose root is the conversation root.
     if only:
-        paths = [f"{conv_root_rel}/{c}" for c in only]
+        paths = list(only)
     elif under:
-        paths = [f"{conv_root_rel}/{under}/"]
+        paths = [f"{under}/"]
     else:
-        paths = [f"{conv_root_rel}/"]
+        paths = ["."]
     argv = [
         "git", "-c", "core.quotePath=false", "grep", "-I", "-n", "-z",
         "--no-color", "-P" if regex else "-F", "-i" if ignore_case else "--no-ignore-case",
@@ -85,7 +85,7 @@ def grep(
         # The record's [config] snapshot would match every search for a common word.
         ":(exclude,glob)**/conversation.toml",
     ]  # fmt: skip
-    proc = subprocess.run(argv, cwd=ws_root, capture_output=True, check=False)
+    proc = subprocess.run(argv, cwd=conv_root, capture_output=True, check=False)
     if proc.returncode == 1:
         return []
     if proc.returncode != 0:
@@ -93,8 +93,6 @@ def grep(
         if "pattern" in err or "regex" in err or "parenthes" in err:
             raise PatternError(f"bad pattern {pattern!r}: {err.removeprefix('fatal: ')}")
         raise GitError(f"git grep failed: {err}")
-    conv_root = ws_root / conv_root_rel
-    prefix = conv_root_rel + "/"
     hidden: dict[str, bool] = {}
 
     def is_hidden(conv_id: str) -> bool:
@@ -120,9 +118,7 @@ def grep(
     for line in proc.stdout.decode("utf-8", errors="replace").splitlines():
         path, _, rest = line.partition("\0")
         lineno, _, text = rest.partition("\0")
-        if not path.startswith(prefix):
-            continue
-        conv_id, file = owner(path[len(prefix) :])
+        conv_id, file = owner(path)
         if not conv_id:
             continue
         if wanted and conv_id not in wanted:

@@ -6,6 +6,7 @@ for ``.jpfs/config.toml``, so read-only commands start fast.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import subprocess
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jpfs import config as config_mod
-from jpfs.errors import WorkspaceError
+from jpfs.errors import ScopeError, WorkspaceError
 
 if TYPE_CHECKING:
     from jpfs.committer import Change, Committer
@@ -46,8 +47,33 @@ class Workspace:
         return str(self.config["conversations.root"]).strip("/")
 
     @property
+    def record_branch(self) -> str:
+        return str(self.config["record.branch"])
+
+    @functools.cached_property
     def conv_root(self) -> Path:
-        return self.root / self.conv_root_rel
+        """The record worktree (``conversations/``; see :mod:`jpfs.recordbranch`)."""
+        from jpfs.recordbranch import locate
+
+        return locate(self.root, self.conv_root_rel, self.record_branch)
+
+    def ensure_record(self) -> Path:
+        """The record worktree, created or repaired first if needed."""
+        from jpfs.recordbranch import ensure
+
+        path = ensure(self.root, self.conv_root_rel, self.record_branch, self.local_dir)
+        if path != self.conv_root:
+            self.__dict__["conv_root"] = path
+        return path
+
+    def record_path(self, path: str) -> str:
+        """A workspace-relative path under the conversation root, relative to the record."""
+        rel = self.conv_root_rel
+        if path == rel:
+            return ""
+        if not path.startswith(rel + "/"):
+            raise ScopeError(f"{path!r} is outside the conversation root {rel}/")
+        return path[len(rel) + 1 :]
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
@@ -62,13 +88,14 @@ class Workspace:
         from jpfs.committer import Committer
 
         return Committer(
-            self.root,
-            owned=(self.conv_root_rel,),
+            self.ensure_record(),
             maintenance_every=int(self.config["git.maintenance_every"]),
         )
 
     def commit(self, change: Change) -> str | None:
-        return self.committer.commit(change)
+        """Commit ``change`` (workspace-relative paths under the root) on the record."""
+        paths = tuple(self.record_path(p) for p in change.paths)
+        return self.committer.commit(dataclasses.replace(change, paths=paths))
 
 
 def find_root(start: Path | None = None) -> Path:

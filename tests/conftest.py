@@ -54,6 +54,12 @@ def git(cwd: Path, *args: str, check: bool = True) -> str:
     return proc.stdout
 
 
+def rgit(ws: Path, *args: str, check: bool = True) -> str:
+    """git in the record worktree (``conversations/``, branch ``jpfs-record``): paths
+    there are relative to the conversation root (``r1/task.md``)."""
+    return git(ws / "conversations", *args, check=check)
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = tmp_path / "repo"

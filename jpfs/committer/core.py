@@ -58,7 +58,7 @@ class Committer:
         self,
         repo_root: Path,
         *,
-        owned: Sequence[str] = ("conversations",),
+        owned: Sequence[str] = (),
         index_lock_timeout: float = 2.0,
         ref_lock_timeout: float = 10.0,
         maintenance_every: int = 500,
@@ -142,7 +142,8 @@ class Committer:
         """
         # A missing prefix snapshots as "delete whatever is tracked there", so every
         # owned prefix can be named; the leader alone touches the repository.
-        return self._group.submit(Pending(Change(self._owned, subject, trailers), self._owned))
+        paths = self._owned or ("",)
+        return self._group.submit(Pending(Change(paths, subject, trailers), paths))
 
     def close(self, *, wait: bool = False) -> None:
         """Refuse further commits; with ``wait``, also let background maintenance end.
@@ -290,7 +291,8 @@ class Committer:
                     if snap is None:
                         for gone in tree_files(base_tree, path):
                             entries[gone] = None
-                    entries[path] = snap
+                    if path:
+                        entries[path] = snap
             all_entries.update(entries)
             diff = {
                 p: blob

@@ -126,21 +126,24 @@ def same(current: tuple[pygit2.Oid, int] | Blob | None, blob: Blob | None) -> bo
 
 
 def tree_files(tree: pygit2.Tree | None, path: str) -> list[str]:
-    """Every file path tracked under directory ``path`` in ``tree`` (empty if none)."""
+    """Every file path tracked under directory ``path`` (``""``: the whole ``tree``)."""
     if tree is None:
         return []
-    try:
-        obj = tree[path]
-    except KeyError:
-        return []
-    if obj.filemode != MODE_TREE:
-        return []
+    if path:
+        try:
+            obj = tree[path]
+        except KeyError:
+            return []
+        if obj.filemode != MODE_TREE:
+            return []
+        tree = obj.peel(pygit2.Tree)
     found: list[str] = []
-    stack: list[tuple[str, pygit2.Tree]] = [(path, obj.peel(pygit2.Tree))]
+    stack: list[tuple[str, pygit2.Tree]] = [(path, tree)]
     while stack:
         prefix, sub = stack.pop()
         for entry in sub:
-            child = f"{prefix}/{entry.name}"
+            name = entry.name or ""
+            child = f"{prefix}/{name}" if prefix else name
             if entry.filemode == MODE_TREE:
                 stack.append((child, entry.peel(pygit2.Tree)))
             else:

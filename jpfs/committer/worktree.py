@@ -17,7 +17,7 @@ import pygit2
 
 from jpfs.committer.fileio import read_all
 from jpfs.committer.objects import MODE_BLOB, MODE_EXEC, MODE_LINK
-from jpfs.errors import ScopeError
+from jpfs.errors import GitError, ScopeError
 
 _LOCAL_DIR = ".jpfs/local"
 
@@ -36,8 +36,11 @@ class Dir:
 
 
 def check_path(root: Path, owned: tuple[str, ...], raw: str) -> str:
-    """``raw`` as a repo-relative path under ``owned``; :class:`ScopeError` if it is not."""
+    """``raw`` as a repo-relative path under ``owned`` (anywhere if ``owned`` is empty;
+    ``""`` then names the whole tree); :class:`ScopeError` if it is not."""
     path = raw.rstrip("/")
+    if not path and not owned:
+        return path  # the whole tree
     parts = path.split("/")
     if (
         not path
@@ -48,7 +51,7 @@ def check_path(root: Path, owned: tuple[str, ...], raw: str) -> str:
         raise ScopeError(f"{raw!r} is not a repo-relative path")
     if path == _LOCAL_DIR or path.startswith(_LOCAL_DIR + "/"):
         raise ScopeError(f"{raw!r} is under {_LOCAL_DIR}/, which is never committed")
-    if not any(path == p or path.startswith(p + "/") for p in owned):
+    if owned and not any(path == p or path.startswith(p + "/") for p in owned):
         listed = ", ".join(owned)
         raise ScopeError(f"{raw!r} is outside the paths jpfs commits here ({listed})")
     # git refuses paths beyond a symlink; following one could commit foreign files.
@@ -83,6 +86,9 @@ class Worktree:
         try:
             st = os.lstat(full)
         except (FileNotFoundError, NotADirectoryError):
+            if not path:
+                # A vanished work tree is not "delete everything".
+                raise GitError(f"the work tree {self._root} is missing") from None
             result: Blob | Dir | None = None
         else:
             if stat.S_ISDIR(st.st_mode):
@@ -133,7 +139,7 @@ class Worktree:
             except (FileNotFoundError, NotADirectoryError):
                 continue
             for entry in entries:
-                child = f"{rel}/{entry.name}"
+                child = f"{rel}/{entry.name}" if rel else entry.name
                 if entry.name.lower() == ".git" or child == _LOCAL_DIR:
                     continue
                 tracked = tip_tree is not None and child in tip_tree

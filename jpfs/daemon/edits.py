@@ -1,4 +1,4 @@
-"""Human edits: which files under the conversation root differ from HEAD, and committing them.
+"""Human edits: which files under the conversation root differ from the record, and committing them.
 
 The daemon never trusts an event to say who wrote a file. It compares the file's git
 blob id with HEAD's: equal means the write is already committed (the daemon's own
@@ -79,7 +79,8 @@ def blob_id(path: Path) -> tuple[str, int] | None:
 
 
 class Head:
-    """Read-only view of HEAD's tree; one per thread (pygit2 handles are not shared)."""
+    """Read-only view of the record tip's tree (``root`` is the record worktree); one per
+    thread (pygit2 handles are not shared)."""
 
     def __init__(self, root: Path) -> None:
         self.repo = pygit2.Repository(str(root))
@@ -145,14 +146,14 @@ class Dirty:
 
 
 def differs(ws: Workspace, head: Head, rel: str) -> bool:
-    """Whether conversation-root-relative file ``rel`` differs from HEAD (untracked counts)."""
-    repo_rel = f"{ws.conv_root_rel}/{rel}"
+    """Whether conversation-root-relative file ``rel`` differs from the record's tip
+    (untracked counts)."""
     now = blob_id(ws.conv_root / rel)
-    old = head.entry(repo_rel)
+    old = head.entry(rel)
     if now is None:
         return old is not None
     if old is None:
-        return not head.ignored(repo_rel)
+        return not head.ignored(rel)
     return now != old
 
 
@@ -160,18 +161,14 @@ def expand(ws: Workspace, head: Head, rel: str) -> list[str]:
     """``rel`` itself, or for a directory every file in it or in HEAD under it."""
     full = ws.conv_root / rel
     if not full.is_dir() or full.is_symlink():
-        tracked = head.files_under(f"{ws.conv_root_rel}/{rel}") if not full.exists() else []
-        if tracked:
-            cut = len(ws.conv_root_rel) + 1
-            return [p[cut:] for p in tracked]
-        return [rel]
+        tracked = head.files_under(rel) if not full.exists() else []
+        return tracked or [rel]
     out: set[str] = set()
     for top, dirs, files in os.walk(full):
         dirs[:] = [d for d in dirs if d != ".git"]
         base = Path(top).relative_to(ws.conv_root).as_posix()
         out.update(f"{base}/{name}" for name in files)
-    cut = len(ws.conv_root_rel) + 1
-    out.update(p[cut:] for p in head.files_under(f"{ws.conv_root_rel}/{rel}"))
+    out.update(head.files_under(rel))
     return sorted(out)
 
 
@@ -197,22 +194,23 @@ def commit_edits(ws: Workspace, conv_id: str, rels: list[str]) -> str | None:
 
 
 def pending(ws: Workspace) -> list[str] | None:
-    """Repo-relative paths under the root that differ from HEAD, as git sees them.
+    """Workspace-relative paths under the root that differ from the record's tip.
 
-    git answers from its index's stat data without reading unchanged files, which on
-    a large tree is much cheaper than hashing every file; None if git cannot tell
-    (no HEAD yet), and the caller then hashes everything.
+    git answers from the record index's stat data without reading unchanged files,
+    which on a large tree is much cheaper than hashing every file; None if git cannot
+    tell (no tip yet), and the caller then hashes everything.
     """
-    root = ws.conv_root_rel
+    where = ws.conv_root
     try:
         changed = gitcli.run(
-            ws.root, ["--no-optional-locks", "diff", "HEAD", "--name-only", "--no-renames",
-                      "-z", "--", root],
+            where, ["--no-optional-locks", "diff", "HEAD", "--name-only", "--no-renames",
+                    "-z", "--", "."],
         ).stdout  # fmt: skip
         untracked = gitcli.run(
-            ws.root, ["--no-optional-locks", "ls-files", "--others", "--exclude-standard",
-                      "-z", "--", root],
+            where, ["--no-optional-locks", "ls-files", "--others", "--exclude-standard",
+                    "-z", "--", "."],
         ).stdout  # fmt: skip
     except GitError:
         return None
-    return sorted({p for p in (changed + untracked).split("\0") if p})
+    found = {p for p in (changed + untracked).split("\0") if p}
+    return sorted(f"{ws.conv_root_rel}/{p}" for p in found)

@@ -111,7 +111,7 @@ class Reconciler:
     def start(self) -> None:
         """Look at every conversation that changed since the last daemon saw it (every
         one on a first start), before the daemon says ready."""
-        self.head = edits.Head(self.ws.root)
+        self.head = edits.Head(self.ws.conv_root)
         self.scan(full=not self.seen.load(self.ws.local_dir))
 
     def close(self) -> None:

@@ -95,12 +95,10 @@ class Daemon:
         return 0
 
     def prepare(self) -> None:
-        self.ws.conv_root.mkdir(parents=True, exist_ok=True)
-        recovery.break_dead_git_locks(self.ws)
+        self.ws.ensure_record()
         swept = recovery.sweep_debris(self.ws)
         if swept:
             log.info("removed %d temporary file(s) or dir(s) left by killed processes", swept)
-        recovery.ensure_ignore_file(self.ws)
         self.reconciler.recover("jpfs: recover files written before a crash")
         from jpfs import background
 

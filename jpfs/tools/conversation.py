@@ -113,8 +113,7 @@ def jp_conversation_grep(ctx: ToolContext, args: JsonDict) -> str:
     if args.get("id"):
         only = [scope.resolve(ws.conv_root, str(args["id"]), within=ctx.conversation)]
     matches = search.grep(
-        ws.root,
-        ws.conv_root_rel,
+        ws.conv_root,
         str(args["pattern"]),
         only=only,
         under=ctx.conversation or None,

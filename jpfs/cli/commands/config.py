@@ -22,24 +22,15 @@ def get(key: str) -> None:
 
 @app.command("set")
 def set_(key: str, value: str) -> None:
-    """Set KEY to VALUE (TOML syntax) in .jpfs/config.toml and commit it; comments survive."""
-    from jpfs.committer import Change, Committer
+    """Set KEY to VALUE (TOML syntax) in .jpfs/config.toml; comments survive.
+
+    The file is a project file: commit it with your own work (jpfs never commits on
+    your branch).
+    """
     from jpfs.config import CONFIG_FILE, set_in_file
 
     ws = state.ws()
-    path = ws.jpfs_dir / CONFIG_FILE
-    set_in_file(path, key, value)
-    committer = Committer(ws.root, owned=(".jpfs",))
-    try:
-        committer.commit(
-            Change(
-                paths=(ws.rel(path),),
-                subject=f"jpfs: config set {key}",
-                trailers=(("Jpfs-Event", "config"),),
-            )
-        )
-    finally:
-        committer.close()
+    set_in_file(ws.jpfs_dir / CONFIG_FILE, key, value)
 
 
 @app.command("show")

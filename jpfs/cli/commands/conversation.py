@@ -140,8 +140,7 @@ def grep(
     elif root is not None:
         under = scope.resolve(ws.conv_root, root)
     matches = search.grep(
-        ws.root,
-        ws.conv_root_rel,
+        ws.conv_root,
         pattern,
         only=only,
         under=under,

@@ -21,7 +21,7 @@ def log(
 
     ws = state.ws()
     target = scoped(ws, conv_id, root_id) if conv_id or root_id else None
-    entries = history.log(ws.root, ws.conv_root_rel, target, limit=limit)
+    entries = history.log(ws.root, ws.record_branch, target, limit=limit)
     if fmt == "json":
         out_json([e.to_json() for e in entries])
         return

@@ -18,8 +18,16 @@ def init(
     """Make this git work tree a jpfs workspace (harmless to run twice)."""
     from jpfs.bootstrap import init_workspace
 
-    ws, sha = init_workspace(state.workspace or Path.cwd(), git_init=git_init)
-    note(f"initialised jpfs workspace in {ws.root}" if sha else f"{ws.root} is already set up")
+    ws, written = init_workspace(state.workspace or Path.cwd(), git_init=git_init)
+    if written:
+        names = " ".join(sorted({ws.rel(p).split("/")[0] for p in written}))
+        note(
+            f"initialised jpfs workspace in {ws.root}; the record is on branch "
+            f"{ws.record_branch} at {ws.rel(ws.conv_root)}/. Commit the project files "
+            f"when you like: git add {names} && git commit -m 'jpfs init'"
+        )
+    else:
+        note(f"{ws.root} is already set up (record: {ws.record_branch})")
     out(str(ws.root))
 
 
