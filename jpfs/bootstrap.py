@@ -58,14 +58,14 @@ def init_workspace(path: Path, *, git_init: bool = False) -> tuple[Workspace, li
     for name in template_agents():
         _write_if_absent(jpfs_dir / "agents" / name, template_text("agents", name), written)
     ws = open_workspace(top, search=False)
-    if _add_ignore_lines(top, [IGNORE_LINE, f"/{ws.conv_root_rel}/"]):
+    if add_ignore_lines(top, [IGNORE_LINE, f"/{ws.conv_root_rel}/"]):
         written.append(top / ".gitignore")
     ws.ensure_local()
     ws.ensure_record()
     return ws, written
 
 
-def _add_ignore_lines(top: Path, wanted: list[str]) -> bool:
+def add_ignore_lines(top: Path, wanted: list[str]) -> bool:
     gitignore = top / ".gitignore"
     text = gitignore.read_text(encoding="utf-8") if gitignore.exists() else ""
     have = {line.strip().strip("/") for line in text.splitlines()}

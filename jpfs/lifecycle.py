@@ -70,6 +70,8 @@ def new_conversation(
 
     ``author`` is who wrote the task: the user (None) or a calling agent.
     """
+    if commit:
+        ws.ensure_record()  # refuse (old layout, SHA-256) before writing anything
     if parent is not None:
         parent = resolve(ws.conv_root, parent)
     full_id = ids.join(parent, conv_id or ids.generate()) if conv_id or parent else ids.generate()

@@ -63,7 +63,38 @@ def is_locked(local_dir: Path, conv_id: str) -> bool:
 
 
 def is_held(path: Path) -> bool:
-    """Whether some process holds the flock on ``path`` (without waiting for it)."""
+    """Whether some process holds the flock on ``path``, asked without taking it.
+
+    Taking the lock to test it would make a real contender see "busy" for that moment,
+    so Linux's lock table (``/proc/locks``) is read instead; only where it cannot be read
+    does this fall back to a non-blocking probe.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = _in_lock_table(st)
+    return held if held is not None else _probe(path)
+
+
+def _in_lock_table(st: os.stat_result) -> bool | None:
+    # Lines read "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters add "->".
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            table = fh.read()
+    except OSError:
+        return None
+    for line in table.splitlines():
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        if fields[5] == key:
+            return True
+    return False
+
+
+def _probe(path: Path) -> bool:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:

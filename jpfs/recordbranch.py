@@ -183,8 +183,9 @@ def _refuse_sha256(root: Path) -> None:
 
 
 def _refuse_old_layout(root: Path, rel: str) -> None:
-    proc = gitcli.run(root, ["ls-tree", "-d", "--name-only", "HEAD", "--", rel], check=False)
-    if proc.returncode == 0 and proc.stdout.strip():
+    # The index, not HEAD: after `jpfs migrate` the removal is staged, not yet committed.
+    proc = gitcli.run(root, ["ls-files", "--cached", "-z", "--", rel], check=False)
+    if proc.returncode == 0 and proc.stdout.strip("\0"):
         raise WorkspaceError(
             f"{rel}/ is tracked on your branch (the layout of jpfs before the record branch);"
             f" run `jpfs migrate` to move the conversations, with their history, onto the"

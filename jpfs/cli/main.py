@@ -18,6 +18,7 @@ from jpfs.cli.commands import init as init_cmd
 from jpfs.cli.commands import lifecycle as lifecycle_cmd
 from jpfs.cli.commands import mail as mail_cmd
 from jpfs.cli.commands import mcp as mcp_cmd
+from jpfs.cli.commands import migrate as migrate_cmd
 from jpfs.cli.commands import onboard as onboard_cmd
 from jpfs.cli.commands import query as query_cmd
 from jpfs.cli.commands import tree as tree_cmd
@@ -56,6 +57,7 @@ def root(
 
 
 init_cmd.register(app)
+migrate_cmd.register(app)
 conversation_cmd.register(app)
 config_cmd.register(app)
 history_cmd.register(app)
