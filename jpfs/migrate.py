@@ -5,8 +5,8 @@ branch. Migration keeps that history: every commit on the branch's first-parent 
 that changed ``conversations/`` becomes a commit on the record branch with the same
 author, committer, date and message (trailers included), its tree being the
 conversation root of the original. Then, as the command whose job it is, it removes
-``conversations/`` from the user's index (the files stay on disk), adds the
-``.gitignore`` line and attaches the record worktree. The user commits the removal.
+``conversations/`` from the user's index (the files stay on disk), adds and stages the
+``.gitignore`` line and attaches the record worktree. The user commits the two.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def migrate(ws: Workspace) -> Migration:
     gitcli.run(ws.root, ["rm", "-r", "-q", "--cached", "--", rel])
     from jpfs.bootstrap import add_ignore_lines
 
-    add_ignore_lines(ws.root, [f"/{rel}/"])
+    if add_ignore_lines(ws.root, [f"/{rel}/"]):
+        gitcli.run(ws.root, ["add", "--", ".gitignore"])
     ws.ensure_record()
     return Migration(branch, count, str(parent))

@@ -403,3 +403,77 @@ def user_commit(ws: Path, k: int) -> list[str]:
         if proc.returncode != 0:
             return [f"git {args[0]} {k}: {proc.stderr.strip()}"]
     return []
+
+
+# -- protocol/record.md, run verbatim ----------------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "protocol" / "record.md"
+
+
+def sh_blocks(path: Path) -> list[str]:
+    blocks, current = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if current is None and line.strip() == "```sh":
+            current = []
+        elif current is not None and line.strip() == "```":
+            blocks.append("\n".join(current) + "\n")
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def run_block(block: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def test_the_record_documents_commands_work_as_written(
+    ws: Path, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    reading, sharing, migrating = sh_blocks(DOC)
+    new_conversation(cli, "refactor")
+    done = run_block(reading, ws)
+    assert done.returncode == 0, done.stderr
+    assert "jpfs(refactor): new" in done.stdout and "jpfs: start the record" in done.stdout
+    remote = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(ws, "remote", "add", "origin", str(remote))
+    done = run_block(sharing, ws)
+    assert done.returncode == 0, done.stderr
+    assert git(remote, "rev-parse", "jpfs-record") == git(ws, "rev-parse", "jpfs-record")
+
+    old = tmp_path / "old"
+    old.mkdir()
+    git(old, "init", "-q", "-b", "main")
+    (old / ".jpfs").mkdir()
+    (old / ".jpfs" / "config.toml").write_text("", encoding="utf-8")
+    (old / "conversations" / "x").mkdir(parents=True)
+    (old / "conversations" / "x" / "task.md").write_text("Old.\n", encoding="utf-8")
+    git(old, "add", "-A")
+    git(old, "commit", "-q", "-m", "jpfs(x): task\n\nJpfs-Conversation: x")
+    done = run_block(migrating, old)
+    assert done.returncode == 0, done.stderr
+    assert rgit(old, "log", "--format=%s").splitlines() == ["jpfs(x): task"]
+    assert "conversations/x/task.md" not in git(old, "ls-tree", "-r", "--name-only", "HEAD")
+    assert git(old, "status", "--porcelain") == ""
+
+
+def test_the_readme_record_commands_work_as_written(
+    ws: Path, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    readme = DOC.parent.parent / "README.md"
+    (block,) = [b for b in sh_blocks(readme) if "git push origin jpfs-record" in b]
+    new_conversation(cli, "readme-demo")
+    remote = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(ws, "remote", "add", "origin", str(remote))
+    done = run_block(block, ws)
+    assert done.returncode == 0, done.stderr
+    assert "jpfs(readme-demo): new" in done.stdout
+    assert git(remote, "rev-parse", "jpfs-record") == git(ws, "rev-parse", "jpfs-record")
