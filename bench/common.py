@@ -218,8 +218,9 @@ def populate(ws_root: Path, conversations: int, events: int, *, seed: int = 1) -
             )
             files += 1
         files += events + 2
-    git(ws_root, "add", "-A")
-    git(ws_root, "commit", "-q", "-m", f"bench: {conversations} conversations")
+    # Committed on the record (the conversation root is its worktree), as by hand.
+    git(conv_root, "add", "-A")
+    git(conv_root, "commit", "-q", "-m", f"bench: {conversations} conversations")
     return Tree(conversations, events, files, matches, time.perf_counter() - t0)
 
 

@@ -218,11 +218,13 @@ class Committer:
         batch = [item for item in batch if not item.heal]
         _, tip = self._refs.resolve_head()
         tip_tree = self._tree_of(tip)
+        view = TreeView(tip_tree)
         reads: dict[str, Blob | Dir | None] = {}
         for item in batch:
             try:
                 item.snapshot = [
-                    self._worktree.read(self._repo, p, tip_tree, reads) for p in item.paths
+                    self._worktree.read(self._repo, p, tip_tree, reads, view.contains)
+                    for p in item.paths
                 ]
             except JpfsError as exc:
                 item.fail(exc)
@@ -293,12 +295,14 @@ class Committer:
                             entries[gone] = None
                     if path:
                         entries[path] = snap
-            all_entries.update(entries)
             diff = {
                 p: blob
                 for p, blob in entries.items()
                 if not same(current[p] if p in current else base.get(p), blob)
             }
+            # Only what changed goes on to the index: a conversation's unchanged events
+            # are in it already, and syncing them all made a commit O(events).
+            all_entries.update(diff)
             author = item.change.author
             if diff:
                 if not runs or runs[-1].author != author:
@@ -321,9 +325,10 @@ class Committer:
         shas: list[str] = []
         log_msg = ""
         for run in runs:
-            for blob in run.changes.values():
-                if blob is not None:
-                    objects.add(BLOB, blob.data, blob.oid.raw)
+            for path, blob in run.changes.items():
+                data = self._worktree.data(self._repo, path, blob) if blob is not None else None
+                if blob is not None and data is not None:
+                    objects.add(BLOB, data, blob.oid.raw)
             new_tree = self._trees.build(self._repo, tree_oid, run.changes, objects)
             tree_oid = new_tree if new_tree is not None else objects.add(TREE, b"")
             message, subject = _message(run.items)

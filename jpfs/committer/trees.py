@@ -94,6 +94,14 @@ class TreeView:
         self._tree = tree
         self._dirs: dict[str, dict[str, tuple[pygit2.Oid, int]]] = {}
 
+    def contains(self, path: str) -> bool:
+        """Whether ``path`` is in the tree, as a file or a directory."""
+        parent, _, name = path.rpartition("/")
+        listing = self._dirs.get(parent)
+        if listing is None:
+            listing = self._dirs[parent] = self._list(parent)
+        return name in listing
+
     def get(self, path: str) -> tuple[pygit2.Oid, int] | None:
         parent, _, name = path.rpartition("/")
         listing = self._dirs.get(parent)

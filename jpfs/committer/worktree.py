@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,13 +22,16 @@ from jpfs.committer.objects import MODE_BLOB, MODE_EXEC, MODE_LINK
 from jpfs.errors import GitError, ScopeError
 
 _LOCAL_DIR = ".jpfs/local"
+# A file whose mtime and ctime are older than this when hashed cannot be rewritten with
+# the same stat data unnoticed (timestamps come from a coarse clock, well under 50 ms).
+_SETTLED_NS = 50_000_000
 
 
 @dataclass
 class Blob:
     oid: pygit2.Oid
     mode: int
-    data: bytes
+    data: bytes | None  # None: unchanged since this process hashed it (see Worktree)
     stat: os.stat_result | None
 
 
@@ -67,11 +72,19 @@ def check_path(root: Path, owned: tuple[str, ...], raw: str) -> str:
 
 
 class Worktree:
-    """Reads the working tree under ``root``; ``filemode`` is git's ``core.fileMode``."""
+    """Reads the working tree under ``root``; ``filemode`` is git's ``core.fileMode``.
+
+    A conversation is committed as a whole directory, so every commit into it would
+    re-read and re-hash all its events: O(events) per commit. Like git's index, the
+    worktree remembers each file's stat data with its blob id once the file is older
+    than the filesystem's timestamp granularity allows a same-stat rewrite to hide
+    (:data:`_SETTLED_NS`), and trusts it while the stat data stays the same.
+    """
 
     def __init__(self, root: Path, filemode: bool) -> None:
         self._root = root
         self._filemode = filemode
+        self._known: dict[str, tuple[tuple[int, int, int, int, int], pygit2.Oid, int]] = {}
 
     def read(
         self,
@@ -79,6 +92,7 @@ class Worktree:
         path: str,
         tip_tree: pygit2.Tree | None,
         reads: dict[str, Blob | Dir | None],
+        tracked: Callable[[str], bool],
     ) -> Blob | Dir | None:
         if path in reads:
             return reads[path]
@@ -92,7 +106,7 @@ class Worktree:
             result: Blob | Dir | None = None
         else:
             if stat.S_ISDIR(st.st_mode):
-                result = Dir(self._walk(repo, path, tip_tree))
+                result = Dir(self._walk(repo, path, tip_tree, tracked))
             else:
                 result = self._read_file(path, full, st, tip_tree)
         reads[path] = result
@@ -108,6 +122,10 @@ class Worktree:
                 return None  # removed while we looked: snapshot it as gone
             mode = MODE_LINK
         elif stat.S_ISREG(st.st_mode):
+            key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode)
+            known = self._known.get(path)
+            if known is not None and known[0] == key:
+                return Blob(known[1], known[2], None, st)
             try:
                 fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except (FileNotFoundError, NotADirectoryError):
@@ -123,12 +141,37 @@ class Worktree:
                     old = tip_tree[path].filemode
                     if old in (MODE_BLOB, MODE_EXEC):
                         mode = old
+            oid = pygit2.hash(data)
+            key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode)
+            if max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - _SETTLED_NS:
+                self._known[path] = (key, oid, mode)
+            else:
+                self._known.pop(path, None)
+            return Blob(oid, mode, data, st)
         else:
             return None  # fifos, sockets, devices: git cannot store them either
         return Blob(pygit2.hash(data), mode, data, st)
 
+    def data(self, repo: pygit2.Repository, path: str, blob: Blob) -> bytes | None:
+        """The content of ``blob`` if its object must be written, else None."""
+        if blob.data is not None:
+            return blob.data
+        if blob.oid in repo.odb:
+            return None
+        self._known.pop(path, None)
+        fresh = self._read_file(
+            path, os.path.join(self._root, path), os.lstat(os.path.join(self._root, path)), None
+        )
+        if fresh is None or fresh.oid != blob.oid:
+            raise GitError(f"{path} changed while it was being committed; retry")
+        return fresh.data
+
     def _walk(
-        self, repo: pygit2.Repository, top: str, tip_tree: pygit2.Tree | None
+        self,
+        repo: pygit2.Repository,
+        top: str,
+        tip_tree: pygit2.Tree | None,
+        tracked_in_tip: Callable[[str], bool],
     ) -> dict[str, Blob]:
         files: dict[str, Blob] = {}
         stack = [top]
@@ -142,7 +185,7 @@ class Worktree:
                 child = f"{rel}/{entry.name}" if rel else entry.name
                 if entry.name.lower() == ".git" or child == _LOCAL_DIR:
                     continue
-                tracked = tip_tree is not None and child in tip_tree
+                tracked = tracked_in_tip(child)
                 try:
                     st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:

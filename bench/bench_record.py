@@ -1,0 +1,208 @@
+"""Benchmark commits on the record branch, on the real runtime path.
+
+Usage: python bench/bench_record.py [--quick] [--commits N] [--threads T] [--writes K]
+                                    [--conversations N]
+
+Every jpfs commit here is what the runtime does after a model reply: append an event
+file through :meth:`Conversation.append_event`, then ``record.commit(ws, id,
+"assistant", ...)``, which snapshots the conversation's directory and commits it on
+``jpfs-record`` (the record worktree's index kept in step). The workspace is made by
+``jpfs init`` and filled with N idle conversations of 10 events (default 1,000).
+
+* **events**: one commit into a conversation of 10 events against one of 1,000 events
+  (measured in alternation): the cost must not grow with the conversation;
+* **single writer**: those commits one after another, against a raw git plumbing loop
+  doing the least a commit needs, one process per step: ``hash-object -w``,
+  ``update-index --add`` (the record's index), ``write-tree``, ``commit-tree``,
+  ``update-ref NEW OLD``;
+* **writers**: T threads (default 50), each appending to its own conversation K times
+  (group commit): committed writes per second and p50/p99 latency of a write+commit.
+
+``main(argv)`` returns the numbers as a dict for ``python -m bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    Stats,
+    git,
+    make_workspace,
+    measure_interleaved,
+    ms,
+    percentile,
+    pin_environment,
+    populate,
+    print_machine,
+    print_table,
+    temp_dir,
+)
+from jpfs import record
+from jpfs.conversation import Conversation, create
+from jpfs.workspace import Workspace, open_workspace
+
+_BODY = "The parser rejects empty input; see src/parse.py line 40. " * 4
+
+
+def _conversation(ws: Workspace, conv_id: str, events: int) -> Conversation:
+    conv = create(ws.conv_root, conv_id, agent="default", title=conv_id, config={})
+    for n in range(events):
+        conv.append_event("user" if n % 2 == 0 else "assistant", f"{_BODY} ({n})")
+    record.commit(ws, conv_id, "new")
+    return conv
+
+
+def _turn(ws: Workspace, conv: Conversation) -> None:
+    """What the runtime does after a model reply."""
+    conv.append_event("assistant", _BODY, {"model": "claude-bench"})
+    agent = "bench"
+    record.commit(ws, conv.id, "assistant", agent=agent, author=record.agent_identity(agent))
+
+
+def _raw_loop(conv_root: Path, counter: list[int]) -> None:
+    """The least a commit on the record needs, with git's own tools."""
+    n = counter[0] = counter[0] + 1
+    rel = f"raw/{n:06d}.md"
+    path = conv_root / rel
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(_BODY, encoding="utf-8")
+    blob = git(conv_root, "hash-object", "-w", rel)
+    git(conv_root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}")
+    tree = git(conv_root, "write-tree")
+    old = git(conv_root, "rev-parse", "HEAD")
+    commit = git(conv_root, "commit-tree", tree, "-p", old, "-m", f"raw {n}")
+    git(conv_root, "update-ref", "refs/heads/jpfs-record", commit, old)
+
+
+def bench_events(ws: Workspace, commits: int) -> dict[str, Stats]:
+    short = _conversation(ws, "ev-short", 10)
+    long = _conversation(ws, "ev-long", 1000)
+    counter = [0]
+    return measure_interleaved(
+        {
+            "10 events": lambda: _turn(ws, short),
+            "1000 events": lambda: _turn(ws, long),
+            "raw plumbing": lambda: _raw_loop(ws.conv_root, counter),
+        },
+        repeat=commits,
+        warmup=2,
+    )
+
+
+def bench_writers(ws: Workspace, threads: int, writes: int) -> dict[str, float]:
+    convs = [_conversation(ws, f"w-{n:03d}", 2) for n in range(threads)]
+    latencies: list[float] = []
+    lock = threading.Lock()
+    start = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+
+    def writer(conv: Conversation) -> None:
+        start.wait()
+        mine = []
+        try:
+            for _ in range(writes):
+                t0 = time.perf_counter()
+                _turn(ws, conv)
+                mine.append(time.perf_counter() - t0)
+        except BaseException as exc:  # reported below: a bench must not hide a failure
+            errors.append(exc)
+        with lock:
+            latencies.extend(mine)
+
+    pool = [threading.Thread(target=writer, args=(c,)) for c in convs]
+    for t in pool:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in pool:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return {
+        "writes_per_s": len(latencies) / elapsed,
+        "p50_s": percentile(latencies, 50),
+        "p99_s": percentile(latencies, 99),
+        "writes": float(len(latencies)),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--commits", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=50)
+    parser.add_argument("--writes", type=int, default=None)
+    parser.add_argument("--conversations", type=int, default=None)
+    args = parser.parse_args(argv)
+    commits = args.commits or (20 if args.quick else 60)
+    writes = args.writes or (4 if args.quick else 10)
+    size = args.conversations if args.conversations is not None else 1000
+    pin_environment()
+    print_machine()
+    with temp_dir() as tmp:
+        root = make_workspace(tmp / "ws")
+        if size:
+            populate(root, size, 10)
+        ws = open_workspace(root, search=False)
+        events = bench_events(ws, commits)
+        writers = bench_writers(ws, args.threads, writes)
+        clean = git(ws.conv_root, "status", "--porcelain") == ""
+        ws.committer.close(wait=True)
+    short, long, raw = events["10 events"], events["1000 events"], events["raw plumbing"]
+    results = {
+        "conversations": size,
+        "commit_10_events": short.to_json(),
+        "commit_1000_events": long.to_json(),
+        "raw_plumbing": raw.to_json(),
+        "events_ratio": long.median / short.median,
+        "single_writer_vs_raw": raw.median / short.median,
+        "writers": {"threads": args.threads, **writers},
+        "record_status_clean": clean,
+    }
+    print_table(
+        f"record commits, real runtime path ({size} conversations in the record)",
+        ["what", "median", "p99", "ratio"],
+        [
+            ["commit, 10 events", ms(short.median), ms(short.p99), "1.00x"],
+            [
+                "commit, 1000 events",
+                ms(long.median),
+                ms(long.p99),
+                f"{results['events_ratio']:.2f}x of 10 events (target <= 1.2)",
+            ],
+            [
+                "raw git plumbing loop",
+                ms(raw.median),
+                ms(raw.p99),
+                f"jpfs is {results['single_writer_vs_raw']:.1f}x faster (target >= 3)",
+            ],
+        ],
+    )
+    print_table(
+        f"{args.threads} concurrent writers x {writes} writes (group commit)",
+        ["writes/s", "p50", "p99", "target"],
+        [
+            [
+                f"{writers['writes_per_s']:.0f}",
+                ms(writers["p50_s"]),
+                ms(writers["p99_s"]),
+                ">= 500 writes/s, p99 <= 50 ms",
+            ]
+        ],
+    )
+    print(f"git -C conversations status clean afterwards: {clean}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
