@@ -1,9 +1,11 @@
 """The one committer: every jpfs state change becomes a git commit through here.
 
 ``Committer.commit(Change(paths, subject, trailers, author))`` snapshots the
-working-tree state of the paths into one commit on the checked-out branch (group commit,
-compare-and-swap on the branch ref, the user's index kept in sync); ``commit_pending()``
-commits anything owned that differs from HEAD (crash recovery).
+working-tree state of the paths into one commit on the branch checked out in its work
+tree (group commit, compare-and-swap on the branch ref, that worktree's index kept in
+sync); ``commit_pending()`` commits anything owned that differs from HEAD (crash
+recovery). jpfs opens it on the record worktree (``conversations/``, branch
+``jpfs-record``; :mod:`jpfs.recordbranch`), never on the user's work tree.
 
 Modules, one job each:
 
@@ -14,7 +16,7 @@ Modules, one job each:
 * :mod:`~jpfs.committer.objects`: object serialisation and packfile writing.
 * :mod:`~jpfs.committer.refs`: reading refs, moving a ref by compare-and-swap, reflogs.
 * :mod:`~jpfs.committer.lockfile`: git lock files that a crash never leaves blocking.
-* :mod:`~jpfs.committer.userindex`: keeping the user's index in step (and healing it).
+* :mod:`~jpfs.committer.userindex`: keeping the worktree's index in step (and healing it).
 * :mod:`~jpfs.committer.indexfile`: the index file codec.
 * :mod:`~jpfs.committer.maintenance`: background ``git gc``/repack and debris sweeps.
 

@@ -1,4 +1,8 @@
-"""Keeping the user's index in step with jpfs's commits.
+"""Keeping the committed worktree's index in step with jpfs's commits.
+
+jpfs commits on the record worktree (``conversations/``), whose index nobody but jpfs
+writes, except a human running git there by hand; the rules below are those of any
+index shared with git.
 
 After a commit, ``git status`` shows the committed paths clean: their index entries are
 set to the committed state, nothing else is touched. This happens while we hold
