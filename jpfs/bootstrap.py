@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from collections.abc import Sequence
 from pathlib import Path
 
 from jpfs import config as config_mod
@@ -33,7 +34,9 @@ def _write_if_absent(path: Path, text: str, written: list[Path]) -> None:
     written.append(path)
 
 
-def init_workspace(path: Path, *, git_init: bool = False) -> tuple[Workspace, list[Path]]:
+def init_workspace(
+    path: Path, *, git_init: bool = False, cfg: Sequence[str] = ()
+) -> tuple[Workspace, list[Path]]:
     """Create (or complete) the workspace; returns it and the files written.
 
     The project files (``.jpfs/``, the ``.gitignore`` lines) are written into the work
@@ -57,7 +60,7 @@ def init_workspace(path: Path, *, git_init: bool = False) -> tuple[Workspace, li
     _write_if_absent(jpfs_dir / config_mod.CONFIG_FILE, template_text("config.toml"), written)
     for name in template_agents():
         _write_if_absent(jpfs_dir / "agents" / name, template_text("agents", name), written)
-    ws = open_workspace(top, search=False)
+    ws = open_workspace(top, cfg, search=False)
     if add_ignore_lines(top, [IGNORE_LINE, f"/{ws.conv_root_rel}/"]):
         written.append(top / ".gitignore")
     ws.ensure_local()

@@ -27,6 +27,7 @@ the record branch) gets an error naming ``jpfs migrate``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from jpfs import gitcli
 from jpfs.errors import GitError, WorkspaceError
 
 DEFAULT_BRANCH = "jpfs-record"
+_BRANCH_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 README = """# Conversations
 
 Each directory here is a jpfs conversation; a sub-agent's conversation is a
@@ -143,6 +145,7 @@ def ensure(root: Path, rel: str, branch: str, local_dir: Path) -> Path:
     path = root / rel
     if is_record(path, branch):
         return path
+    check_branch(branch)
     gitdir = git_dir(root)
     if gitdir is None:
         raise WorkspaceError(f"{root} is not a git work tree; run `git init` there first")
@@ -171,6 +174,21 @@ def ensure(root: Path, rel: str, branch: str, local_dir: Path) -> Path:
         if aside is not None:
             _move_back(aside, path)
     return path
+
+
+def check_branch(branch: str) -> None:
+    """``record.branch`` must be a plain branch name outside writers' ``jpfs/`` namespace."""
+    if (
+        not _BRANCH_RE.fullmatch(branch)
+        or ".." in branch
+        or branch.endswith((".lock", "."))
+        or branch.startswith("jpfs/")
+    ):
+        raise WorkspaceError(
+            f"record.branch = {branch!r} is not usable: give a branch name such as"
+            f" {DEFAULT_BRANCH!r} (letters, digits, '.', '_', '-', '/'; not under jpfs/,"
+            " where writers' branches live)"
+        )
 
 
 def _refuse_sha256(root: Path) -> None:

@@ -477,3 +477,18 @@ def test_the_readme_record_commands_work_as_written(
     assert done.returncode == 0, done.stderr
     assert "jpfs(readme-demo): new" in done.stdout
     assert git(remote, "rev-parse", "jpfs-record") == git(ws, "rev-parse", "jpfs-record")
+
+
+@pytest.mark.parametrize("branch", ["jpfs/record", "a..b", "-x", "record.lock", "a b"])
+def test_an_unusable_record_branch_name_is_refused(
+    repo: Path, cli: Callable[..., Result], branch: str
+) -> None:
+    result = cli("--cfg", f"record.branch={branch!r}".replace("'", '"'), "init")
+    assert result.code == 1
+    assert "record.branch" in result.stderr and "not usable" in result.stderr
+    assert "refs/heads/" + branch not in git(repo, "for-each-ref", "--format=%(refname)")
+
+
+def test_a_custom_record_branch_name_is_used(repo: Path, cli: Callable[..., Result]) -> None:
+    assert cli("--cfg", 'record.branch="team-record"', "init").code == 0
+    assert rgit(repo, "symbolic-ref", "HEAD").strip() == "refs/heads/team-record"

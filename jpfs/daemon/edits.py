@@ -167,7 +167,8 @@ def expand(ws: Workspace, head: Head, rel: str) -> list[str]:
     for top, dirs, files in os.walk(full):
         dirs[:] = [d for d in dirs if d != ".git"]
         base = Path(top).relative_to(ws.conv_root).as_posix()
-        out.update(f"{base}/{name}" for name in files)
+        # The record worktree's own `.git` file is git's, never a conversation file.
+        out.update(f"{base}/{name}" if base != "." else name for name in files if name != ".git")
     out.update(head.files_under(rel))
     return sorted(out)
 

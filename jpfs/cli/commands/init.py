@@ -18,7 +18,7 @@ def init(
     """Make this git work tree a jpfs workspace (harmless to run twice)."""
     from jpfs.bootstrap import init_workspace
 
-    ws, written = init_workspace(state.workspace or Path.cwd(), git_init=git_init)
+    ws, written = init_workspace(state.workspace or Path.cwd(), git_init=git_init, cfg=state.cfg)
     if written:
         names = " ".join(sorted({ws.rel(p).split("/")[0] for p in written}))
         note(
