@@ -93,8 +93,13 @@ def main() -> int:
         jpfs(repo, "log", "summary")
     finally:
         jpfs(repo, "daemon", "stop")
-    print("\n$ git log --format='%h %an: %s' -6")
-    print(sh(["git", "log", "--format=%h %an: %s", "-6"], repo).stdout.rstrip())
+    record = repo / "conversations"
+    print("\n$ git -C conversations log --format='%h %an: %s' -6   # the record, jpfs-record")
+    print(sh(["git", "log", "--format=%h %an: %s", "-6"], record).stdout.rstrip())
+    print("\n$ git log --format='%h %an: %s'   # your branch: untouched by jpfs")
+    print(sh(["git", "log", "--format=%h %an: %s"], repo).stdout.rstrip())
+    print("\n$ git status --short   # jpfs's project files, for you to commit")
+    print(sh(["git", "status", "--short"], repo).stdout.rstrip())
     print(f"\nEverything above is plain files and commits in {repo}.")
     return 0
 

@@ -492,3 +492,31 @@ def test_an_unusable_record_branch_name_is_refused(
 def test_a_custom_record_branch_name_is_used(repo: Path, cli: Callable[..., Result]) -> None:
     assert cli("--cfg", 'record.branch="team-record"', "init").code == 0
     assert rgit(repo, "symbolic-ref", "HEAD").strip() == "refs/heads/team-record"
+
+
+def test_a_staged_file_survives_daemon_activity(ws: Path, cli: Callable[..., Result]) -> None:
+    from tests.test_daemon_helpers import setup_workspace, state_of
+
+    setup_workspace(ws, default_agent="helper")
+    (ws / "staged.txt").write_text("mine\n", encoding="utf-8")
+    git(ws, "add", "staged.txt")
+    (ws / "README.md").write_text("# unstaged edit\n", encoding="utf-8")
+    head, index = git(ws, "rev-parse", "HEAD"), index_digest(ws)
+    started = jpfs_subprocess("daemon", "start", cwd=ws)
+    assert started.returncode == 0, started.stderr
+    try:
+        for name in ("s1", "s2"):
+            conv = ws / "conversations" / name
+            conv.mkdir()
+            (conv / "task.md").write_text("Say hello.\n", encoding="utf-8")
+        wait_until(
+            lambda: all(state_of(ws, c) == "idle" for c in ("s1", "s2")),
+            timeout=60,
+            message="both conversations to finish",
+        )
+    finally:
+        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=ws)
+    assert git(ws, "rev-parse", "HEAD") == head
+    assert index_digest(ws) == index
+    status = git(ws, "status", "--porcelain").splitlines()
+    assert "A  staged.txt" in status and " M README.md" in status
