@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 from jpfs import config as config_mod

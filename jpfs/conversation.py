@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jpfs import frontmatter, ids
+from jpfs import frontmatter, ids, textfile
 from jpfs.errors import ExistsError, FormatError, NotFoundError
 from jpfs.scope import CONVERSATION_TOML, check_path, conversation_path
 from jpfs.scope import TASK as TASK
@@ -102,12 +102,11 @@ class Conversation:
         return self.path / CONVERSATION_TOML
 
     def exists(self) -> bool:
-        return self.toml_path.is_file() or (self.path / TASK).is_file()
+        return os.path.lexists(self.toml_path) or os.path.lexists(self.path / TASK)
 
     def meta(self) -> dict[str, Any]:
         try:
-            with self.toml_path.open("rb") as fh:
-                return tomllib.load(fh)
+            return tomllib.loads(textfile.read_text(self.toml_path, self.root))
         except FileNotFoundError:
             return {}
         except tomllib.TOMLDecodeError as exc:
@@ -122,7 +121,7 @@ class Conversation:
         (no ``[config]`` header, a malformed head) falls back to :meth:`meta`.
         """
         try:
-            text = self.toml_path.read_text(encoding="utf-8")
+            text = textfile.read_text(self.toml_path, self.root)
         except FileNotFoundError:
             return {}
         start = _CONFIG_HEADER.search(text)
@@ -142,7 +141,7 @@ class Conversation:
         import tomlkit  # writers only: listing must not pay for the import
 
         try:
-            text = self.toml_path.read_text(encoding="utf-8")
+            text = textfile.read_text(self.toml_path, self.root)
             doc = tomlkit.parse(text)
         except FileNotFoundError:
             doc = tomlkit.parse(HEADER)
@@ -176,9 +175,10 @@ class Conversation:
         return self.path / name
 
     def read(self, name: str) -> str | None:
+        """A file of the conversation as text (:mod:`jpfs.textfile`), None if missing."""
         try:
-            return (self.path / name).read_text(encoding="utf-8")
-        except FileNotFoundError:
+            return textfile.read_text(self.path / name, self.root)
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def write(self, name: str, text: str) -> Path:
@@ -211,7 +211,7 @@ class Conversation:
             names = names[-last:] if last > 0 else []
         out = []
         for seq, role, name in names:
-            meta, body = frontmatter.read(self.events_dir / name)
+            meta, body = frontmatter.read(self.events_dir / name, self.root)
             out.append(Event(seq, role, self.events_dir / name, meta, body))
         return out
 
@@ -220,7 +220,7 @@ class Conversation:
         if not names:
             return None
         seq, role, name = names[-1]
-        meta, body = frontmatter.read(self.events_dir / name)
+        meta, body = frontmatter.read(self.events_dir / name, self.root)
         return Event(seq, role, self.events_dir / name, meta, body)
 
     def append_event(self, role: str, body: str, meta: Mapping[str, Any] | None = None) -> Event:

@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from jpfs import textfile
 from jpfs.errors import FormatError
 
 FENCE = "+++"
@@ -64,9 +65,7 @@ def render(meta: dict[str, Any], body: str) -> str:
     return f"{FENCE}\n{head}{FENCE}\n{body}"
 
 
-def read(path: Path) -> tuple[dict[str, Any], str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise FormatError(f"{path}: not UTF-8 text") from exc
-    return parse(text, source=str(path))
+def read(path: Path, root: Path | None = None) -> tuple[dict[str, Any], str]:
+    """Front matter and body of ``path``, read safely (:mod:`jpfs.textfile`; ``root``:
+    the conversation root the file must stay under)."""
+    return parse(textfile.read_text(path, root), source=str(path))

@@ -192,8 +192,8 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())[:200]
 
 
-def _load(path: Path) -> Message:
-    meta, body = frontmatter.read(path)
+def _load(ws: Workspace, path: Path) -> Message:
+    meta, body = frontmatter.read(path, ws.conv_root)
     created = meta.get("created")
     if not isinstance(created, dt.datetime):
         raise FormatError(f"{path}: message has no valid `created` time")
@@ -275,7 +275,7 @@ def send(
         if msg_id is None:
             raise ExistsError(f"message {msg.id} already exists in {to}")
         # A retry after a crash: committing again is a no-op once it is committed.
-        msg = _load(path)
+        msg = _load(ws, path)
     _commit(ws, to, event_name, [path], [msg])
     return msg
 
@@ -290,7 +290,7 @@ def messages(ws: Workspace, conv_id: str) -> list[Message]:
     out = []
     for name in names:
         if MESSAGE_ID_RE.fullmatch(name[:-3]):
-            out.append(_load(box / name))
+            out.append(_load(ws, box / name))
     return out
 
 
@@ -298,7 +298,7 @@ def get(ws: Workspace, conv_id: str, msg_id: str) -> Message:
     path = message_path(ws, conv_id, msg_id)
     if not path.is_file():
         raise NotFoundError(f"no message {msg_id} in the inbox of {conv_id!r}")
-    return _load(path)
+    return _load(ws, path)
 
 
 def check(ws: Workspace, conv_id: str) -> list[Message]:

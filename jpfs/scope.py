@@ -20,7 +20,9 @@ TASK = "task.md"
 
 
 def is_conversation_dir(path: Path) -> bool:
-    return (path / CONVERSATION_TOML).is_file() or (path / TASK).is_file()
+    # lexists: a link or FIFO where a file belongs still makes a conversation, whose
+    # run then reports the bad file instead of it going unnoticed.
+    return os.path.lexists(path / CONVERSATION_TOML) or os.path.lexists(path / TASK)
 
 
 def conversation_path(conv_root: Path, conv_id: str) -> Path:

@@ -69,7 +69,7 @@ class TreeView:
             if seq <= seen or role != "assistant":
                 continue
             try:
-                meta, _ = frontmatter.read(conv.events_dir / name)
+                meta, _ = frontmatter.read(conv.events_dir / name, conv.root)
             except (FormatError, OSError):
                 continue
             usage = meta.get("usage")
@@ -122,7 +122,7 @@ class TreeView:
         for _seq, role, name in reversed(names[-5:]):
             if role in ("assistant", "error"):
                 try:
-                    _, body = frontmatter.read(conv.events_dir / name)
+                    _, body = frontmatter.read(conv.events_dir / name, conv.root)
                 except (FormatError, OSError):
                     return ""
                 line = _last_line(body)

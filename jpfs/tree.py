@@ -46,8 +46,8 @@ def walk(conv_root: Path, under: str | None = None) -> Iterator[str]:
             stack.append((Path(entry.path), f"{pre}{name}/"))
         # Yield after pushing so the order is parent first, then children.
         if pre != prefix and (
-            os.path.isfile(os.path.join(path, CONVERSATION_TOML))
-            or os.path.isfile(os.path.join(path, TASK))
+            os.path.lexists(os.path.join(path, CONVERSATION_TOML))
+            or os.path.lexists(os.path.join(path, TASK))
         ):
             yield pre.rstrip("/")
 
@@ -59,19 +59,19 @@ def snapshot(conv: Conversation, meta: dict[str, Any] | None = None) -> Snapshot
     last_seq = names[-1][0] if names else 0
     has_calls = False
     if last_role == "assistant":
-        ev_meta, _ = frontmatter.read(conv.events_dir / names[-1][2])
+        ev_meta, _ = frontmatter.read(conv.events_dir / names[-1][2], conv.root)
         has_calls = bool(ev_meta.get("tool_calls"))
     result_event = 0
     result_path = conv.path / RESULT
     if result_path.is_file():
-        rmeta, _ = frontmatter.read(result_path)
+        rmeta, _ = frontmatter.read(result_path, conv.root)
         result_event = int(rmeta.get("event", 0))
     cfg = meta.get("config", {})
     onboarding = (
         bool(cfg.get("onboarding", {}).get("enabled", False)) if isinstance(cfg, dict) else False
     )
     return Snapshot(
-        has_task=(conv.path / TASK).is_file(),
+        has_task=os.path.lexists(conv.path / TASK),
         onboarding=onboarding,
         status=str(meta.get("status", "active")),
         questions=conv.read(QUESTIONS),

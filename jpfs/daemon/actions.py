@@ -122,7 +122,7 @@ def record_failure(ws: Workspace, conv: Conversation, message: str) -> bool:
     names = conv.event_names()
     if names and names[-1][1] == "error":
         try:
-            _, body = frontmatter.read(conv.events_dir / names[-1][2])
+            _, body = frontmatter.read(conv.events_dir / names[-1][2], conv.root)
         except (FormatError, OSError):
             body = ""
         if body.strip() == message:

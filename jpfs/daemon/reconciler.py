@@ -319,7 +319,9 @@ class Reconciler:
         """Still under the lock: what the committed files call for; record a broken one."""
         if item.conv is None:
             return
-        if item.conv_id in committed or item.adopted:
+        # A conversation that could not be adopted stays broken: re-deriving would say
+        # "adopt" again and leave the error unreported until the next periodic scan.
+        if (item.conv_id in committed or item.adopted) and item.verdict.need is not Need.BROKEN:
             item.verdict = actions.needs(self.ws, item.conv)
         if item.verdict.need is Need.BROKEN:
             log.warning("%s: %s", item.conv_id, item.verdict.reason)

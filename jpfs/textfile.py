@@ -1,0 +1,106 @@
+"""Reading a conversation's files: the one reader for everything jpfs takes from the record.
+
+A conversation's files come from editors, agents and clones of other people's
+repositories, so a read must not trust them:
+
+* **No links.** The file is opened with ``O_NOFOLLOW``, and the path the kernel
+  opened (``/proc/self/fd``) must lie under the real path of the root: a symbolic
+  link as the file or as any directory on the way is refused, and its target is
+  never read, so never sent to a provider nor committed as content. Checking the
+  opened descriptor, not the path beforehand, leaves no window for a swap.
+* **Regular files only.** A FIFO, socket, device or directory where a file belongs
+  is refused; the open is non-blocking, so a FIFO cannot hang the reader.
+* **A size cap** (:data:`MAX_BYTES`): a larger file is an error naming its size, never
+  silently cut.
+* **Text.** UTF-8; a byte-order mark is dropped and CRLF read as LF. Invalid UTF-8 is
+  an error naming the file and the byte offset.
+
+Every refusal is a :class:`~jpfs.errors.FormatError` naming the path: listings show
+that conversation as broken, the daemon records an error event in it, and every other
+conversation carries on. A missing file raises :class:`FileNotFoundError` as usual.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from jpfs.errors import FormatError
+
+MAX_BYTES = 8 * 1024 * 1024
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_PROC_FD = Path("/proc/self/fd")
+_BOM = b"\xef\xbb\xbf"
+
+
+def read_bytes(path: Path, root: Path | None = None, *, limit: int = MAX_BYTES) -> bytes:
+    """The content of regular file ``path``, refusing links (under ``root``, if given)."""
+    try:
+        fd = os.open(path, _FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise FormatError(f"{path} is a symbolic link; jpfs does not follow links") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise FormatError(f"{path} is {kind}; a conversation file must be a regular file")
+        if root is not None:
+            _require_within(fd, path, root)
+        if st.st_size > limit:
+            raise FormatError(
+                f"{path} is {st.st_size} bytes, over the {limit} bytes jpfs reads from a"
+                " conversation file; shorten it or move the content into files/"
+            )
+        data = _read_all(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # grew while we read
+        raise FormatError(f"{path} is over the {limit} bytes jpfs reads from a conversation file")
+    return data
+
+
+def read_text(path: Path, root: Path | None = None, *, limit: int = MAX_BYTES) -> str:
+    """``path`` as text (see the module docstring)."""
+    return decode(read_bytes(path, root, limit=limit), path)
+
+
+def decode(data: bytes, path: Path | str) -> str:
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(
+            f"{path} is not valid UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r});"
+            " save it as UTF-8"
+        ) from exc
+    return text.replace("\r\n", "\n") if "\r\n" in text else text
+
+
+def _require_within(fd: int, path: Path, root: Path) -> None:
+    try:
+        opened = os.readlink(_PROC_FD / str(fd))
+    except OSError:
+        # No /proc: fall back to the path (racy, but refuses what is already there).
+        opened = os.path.realpath(path)
+    real_root = os.path.realpath(root)
+    if opened != real_root and not opened.startswith(real_root.rstrip("/") + "/"):
+        raise FormatError(
+            f"{path} leads outside {root} through a symbolic link; jpfs does not follow links"
+        )
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    while got < limit:
+        chunk = os.read(fd, min(limit - got, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)

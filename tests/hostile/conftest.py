@@ -1,0 +1,107 @@
+"""Fixtures of the hostile-input corpus: a workspace whose agents talk to the local
+Messages API server through the real SDK, and a daemon process serving it."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, jpfs_subprocess, wait_until, write_profile
+from tests.messages_server import MessagesServer, last_user_text, text_reply
+
+SECRET = "s3cr3t-do-not-leak-8d1f"
+
+AGENT = """
+model = "claude-hostile"
+provider = "anthropic"
+[system]
+role = "You are a careful agent."
+[onboarding]
+enabled = false
+"""
+
+
+@pytest.fixture
+def hostile_ws(ws: Path, api_env: MessagesServer) -> Path:
+    """A workspace whose default agent answers through the local Messages API."""
+    write_profile(ws, "careful", AGENT)
+    from jpfs.config import set_in_file
+
+    config = ws / ".jpfs" / "config.toml"
+    set_in_file(config, "conversations.default_agent", '"careful"')
+    set_in_file(config, "agents.allowed", '["careful"]')
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", "hostile test profiles")
+    api_env.responder = lambda req: text_reply("echo: " + last_user_text(req)[:80])
+    return ws
+
+
+@pytest.fixture
+def daemon(hostile_ws: Path) -> Iterator[Path]:
+    started = jpfs_subprocess("daemon", "start", cwd=hostile_ws)
+    assert started.returncode == 0, started.stderr
+    try:
+        yield hostile_ws
+    finally:
+        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=hostile_ws)
+
+
+def secret_file(tmp_path: Path) -> Path:
+    path = tmp_path / "outside" / "id_rsa"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f"-----BEGIN KEY-----\n{SECRET}\n", encoding="utf-8")
+    return path
+
+
+def assert_no_leak(ws: Path, server: MessagesServer) -> None:
+    """The secret is in no request to the provider and nowhere in any commit."""
+    for request in server.requests:
+        assert SECRET not in request.raw.decode("utf-8", "replace")
+    history = subprocess.run(
+        ["git", "log", "--all", "-p", "--format=%B"], cwd=ws, capture_output=True, check=True
+    ).stdout
+    assert SECRET.encode() not in history
+
+
+def assert_healthy(ws: Path) -> None:
+    """Daemon alive, repository consistent."""
+    status = jpfs_subprocess("daemon", "status", "--format", "json", cwd=ws)
+    assert status.returncode == 0, status.stderr
+    assert '"running": true' in status.stdout, status.stdout
+    fsck = subprocess.run(
+        ["git", "fsck", "--strict"], cwd=ws, capture_output=True, text=True, check=False
+    )
+    assert fsck.returncode == 0, fsck.stderr
+
+
+def start_conversation(ws: Path, conv_id: str, task: str = "Say hello.\n") -> Path:
+    conv = ws / "conversations" / conv_id
+    conv.mkdir(parents=True)
+    (conv / "task.md").write_text(task, encoding="utf-8")
+    return conv
+
+
+def wait_result(ws: Path, conv_id: str, timeout: float = 30) -> str:
+    path = ws / "conversations" / conv_id / "result.md"
+    wait_until(path.exists, timeout=timeout, message=f"{conv_id} to finish")
+    return path.read_text(encoding="utf-8")
+
+
+def wait_error(ws: Path, conv_id: str, needle: str, timeout: float = 30) -> str:
+    """The text of ``conv_id``'s error event that mentions ``needle``."""
+    events = ws / "conversations" / conv_id / "events"
+    found: list[str] = []
+
+    def seen() -> bool:
+        for path in sorted(events.glob("*-error.md")) if events.is_dir() else []:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if needle in text:
+                found.append(text)
+                return True
+        return False
+
+    wait_until(seen, timeout=timeout, message=f"an error event in {conv_id} about {needle!r}")
+    return found[0]
