@@ -161,3 +161,47 @@ def apply_overrides(profile: Profile, overrides: Sequence[str]) -> dict[str, Any
             node = node.setdefault(t, {})
         node[leaf] = value
     return normalize(config, f"profile {profile.name!r} with overrides")
+
+
+# Keys whose value is a capability: a conversation's snapshot may only narrow them.
+_EQUAL_KEYS = ("provider", "command", "script", "workspace")
+_SUBSET_KEYS = ("allow", "agents", "write", "command")
+
+
+def admit(snapshot: Mapping[str, Any], profile: Profile) -> dict[str, Any]:
+    """The configuration a conversation runs with: its snapshot, if it only narrows what
+    ``profile`` grants; :class:`ProfileError` naming the first widening otherwise.
+
+    A conversation's files come from anyone who can write the record (a clone of
+    someone else's repository, a peer sharing the remote), so they never grant a
+    capability: the provider, command argv, scripted turns and workspace mode must be
+    the profile's; tools, callable agents, writable paths and command tools a subset of
+    the profile's; limits at most the profile's; the model the profile's unless the
+    profile lets callers override it.
+    """
+    granted = profile.config
+    config = normalize(snapshot, f"the [config] snapshot of a conversation of {profile.name!r}")
+    overridable = {str(k).removeprefix("assistant.") for k in granted.get("overridable", [])}
+    where = f"conversation.toml asks for more than profile {profile.name!r} grants"
+    for key in _EQUAL_KEYS:
+        if key not in overridable and config[key] != granted[key]:
+            raise ProfileError(
+                f"{where}: {key} = {config[key]!r} (the profile has {granted[key]!r})"
+            )
+    if "model" not in overridable and config["model"] != granted["model"]:
+        raise ProfileError(
+            f"{where}: model {config['model']!r} (the profile has {granted['model']!r})"
+        )
+    for key in _SUBSET_KEYS:
+        extra = [item for item in config["tools"][key] if item not in granted["tools"][key]]
+        if extra:
+            raise ProfileError(f"{where}: tools.{key} {extra!r}")
+    for key, value in config["limits"].items():
+        if value > granted["limits"][key] and f"limits.{key}" not in overridable:
+            raise ProfileError(
+                f"{where}: limits.{key} = {value} (the profile allows {granted['limits'][key]})"
+            )
+    extra_overridable = [k for k in config["overridable"] if k not in granted["overridable"]]
+    if extra_overridable:
+        raise ProfileError(f"{where}: overridable {extra_overridable!r}")
+    return config

@@ -22,9 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from jpfs import frontmatter, locks, messages, onboarding, record, reports, runs, tree
+from jpfs import frontmatter, locks, messages, onboarding, profiles, record, reports, runs, tree
 from jpfs.conversation import ANSWERS, RESULT, TASK, Conversation, now
-from jpfs.errors import FormatError, JpfsError, LimitError, ProviderError
+from jpfs.errors import FormatError, JpfsError, LimitError, ProfileError, ProviderError
 from jpfs.providers.base import Cancelled, Provider, Reply, Request
 from jpfs.record import agent_identity
 from jpfs.state import State
@@ -122,6 +122,11 @@ class Runner:
     def drive(self, conv: Conversation) -> State:
         turns = 0
         self.commit_caller_edits(conv)
+        try:
+            self.admit(conv)
+        except ProfileError as exc:
+            self.fail(conv, str(exc))
+            return State.FAILED
         while True:
             if self.cancel.is_set():
                 raise Cancelled(f"run of {conv.id} cancelled")
@@ -187,6 +192,15 @@ class Runner:
         conv.append_event("assistant", reply.text, meta)
         self.commit(conv, "assistant", model=meta["model"], usage=reply.usage)
         return True
+
+    def admit(self, conv: Conversation) -> None:
+        """Refuse a conversation whose ``[config]`` grants more than its profile does
+        (:func:`jpfs.profiles.admit`): the record never grants capabilities."""
+        snapshot = conv.config
+        if not snapshot:
+            return
+        agent = str(conv.meta().get("agent") or snapshot.get("name") or "")
+        profiles.admit(snapshot, profiles.load(self.ws.agents_dir, agent))
 
     # -- tools ------------------------------------------------------------------------
     def tools_for(self, conv: Conversation) -> dict[str, Tool]:

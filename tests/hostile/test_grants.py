@@ -1,0 +1,73 @@
+"""A conversation's own files never grant capabilities: what its ``[config]`` snapshot
+says can only narrow what its profile allows (a cloned record must not run code)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git
+from tests.hostile.conftest import assert_healthy, start_conversation, wait_error, wait_result
+from tests.messages_server import MessagesServer
+
+
+def plant(ws: Path, conv_id: str, config_toml: str) -> Path:
+    """A committed conversation whose record names the ``careful`` agent, as a clone has it."""
+    conv = ws / "conversations" / conv_id
+    conv.mkdir()
+    (conv / "conversation.toml").write_text(
+        f'title = "planted"\nagent = "careful"\nstatus = "active"\n\n{config_toml}',
+        encoding="utf-8",
+    )
+    (conv / "task.md").write_text("Do it.\n", encoding="utf-8")
+    git(ws / "conversations", "add", conv_id)
+    git(ws / "conversations", "commit", "-q", "-m", f"planted {conv_id}")
+    return conv
+
+
+WIDER = {
+    "command-provider": '[config]\nmodel = "x"\nprovider = "command"\n'
+    '[config.command]\nargv = ["sh", "-c", "touch {pwned}"]\n',
+    "other-model": '[config]\nmodel = "claude-expensive"\nprovider = "anthropic"\n',
+    "more-tools": '[config]\nmodel = "claude-hostile"\nprovider = "anthropic"\n'
+    '[config.tools]\nallow = ["fs_write_file"]\nwrite = ["**"]\n',
+    "higher-limits": '[config]\nmodel = "claude-hostile"\nprovider = "anthropic"\n'
+    "[config.limits]\nmax_turns = 1000\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(WIDER))
+def test_a_record_asking_for_more_than_its_profile_is_refused(
+    hostile_ws: Path, api_env: MessagesServer, case: str, tmp_path: Path
+) -> None:
+    pwned = tmp_path / "PWNED"
+    if case == "other-model":  # models are overridable by default; this profile says no
+        profile = hostile_ws / ".jpfs" / "agents" / "careful.toml"
+        profile.write_text("overridable = []\n" + profile.read_text(), encoding="utf-8")
+    plant(hostile_ws, "planted", WIDER[case].replace("{pwned}", str(pwned)))
+    from tests.conftest import jpfs_subprocess
+
+    started = jpfs_subprocess("daemon", "start", cwd=hostile_ws)
+    assert started.returncode == 0, started.stderr
+    try:
+        error = wait_error(hostile_ws, "planted", "grants")
+        assert "careful" in error
+        start_conversation(hostile_ws, "honest")
+        assert "echo: Say hello." in wait_result(hostile_ws, "honest")
+        assert_healthy(hostile_ws)
+    finally:
+        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=hostile_ws)
+    assert not pwned.exists()
+    bodies = [r.json or {} for r in api_env.requests]
+    assert not any(b.get("model") == "claude-expensive" for b in bodies)
+
+
+def test_a_record_that_narrows_its_profile_runs(daemon: Path, api_env: MessagesServer) -> None:
+    plant(
+        daemon,
+        "narrow",
+        '[config]\nmodel = "claude-hostile"\nprovider = "anthropic"\n'
+        "[config.limits]\nmax_turns = 2\n",
+    )
+    assert "echo: Do it." in wait_result(daemon, "narrow")
