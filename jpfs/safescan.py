@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -17,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from jpfs.errors import ToolError
+from jpfs.errors import PatternError, ToolError
+from jpfs.patterns import Matcher, compile_pattern
 from jpfs.safefs import (
     _DIR_FLAGS,
     _GREP_FILE_CAP,
@@ -152,7 +152,7 @@ class GrepResult:
     complete: bool  # False when the walk stopped at the scan cap
 
 
-def _grep_fd(fd: int, rel: str, rx: re.Pattern[str]) -> list[GrepMatch] | None:
+def _grep_fd(fd: int, rel: str, matches: Matcher) -> list[GrepMatch] | None:
     """Matches in one open file, or None when it is skipped (binary, too large, not a file)."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_size > _GREP_FILE_CAP:
@@ -166,7 +166,7 @@ def _grep_fd(fd: int, rel: str, rx: re.Pattern[str]) -> list[GrepMatch] | None:
     found = []
     for no, line in enumerate(lines, 1):
         line = line.removesuffix("\r")
-        if rx.search(line):
+        if matches(line):
             found.append(GrepMatch(rel, no, line[:_GREP_LINE_CHARS]))
     return found
 
@@ -182,12 +182,10 @@ def grep(
     hide: Hide | None = None,
 ) -> GrepResult:
     """Lines matching ``pattern`` (a literal unless ``regex``) in a file or a directory tree."""
-    if pattern == "":
-        raise ToolError("empty search pattern")
     try:
-        rx = re.compile(pattern if regex else re.escape(pattern), re.I if ignore_case else 0)
-    except re.error as exc:
-        raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
+        rx = compile_pattern(pattern, regex=regex, ignore_case=ignore_case)
+    except PatternError as exc:
+        raise ToolError(str(exc)) from exc
     parts = split_relpath(relpath)
     start = open_beneath(root, relpath, _READ_FLAGS)
     matches: list[GrepMatch] = []

@@ -85,7 +85,14 @@ def grep(
         # The record's [config] snapshot would match every search for a common word.
         ":(exclude,glob)**/conversation.toml",
     ]  # fmt: skip
-    proc = subprocess.run(argv, cwd=conv_root, capture_output=True, check=False)
+    try:
+        # git grep -P runs PCRE2 in its own process (our GIL stays free) with its match
+        # limits; the timeout bounds whatever is left.
+        proc = subprocess.run(argv, cwd=conv_root, capture_output=True, check=False, timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        raise PatternError(
+            f"searching for {pattern!r} took over 120 s; narrow the pattern"
+        ) from exc
     if proc.returncode == 1:
         return []
     if proc.returncode != 0:

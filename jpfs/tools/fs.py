@@ -301,7 +301,7 @@ FS_TOOLS: dict[str, Tool] = {
         Tool(
             "fs_grep_files",
             "Search text files for lines containing a pattern (a literal string unless "
-            "regex=true, then a Python regular expression). path may be a directory "
+            "regex=true, then an RE2 regular expression: linear time, no backreferences or lookaround). path may be a directory "
             "(searched recursively) or one file. Returns 'path:line: text' lines, at most "
             f"{GREP_MAX_MATCHES:,} matches, with a note giving the total when cut. Binary "
             "files, symbolic links, .git/ and .jpfs/local/ are skipped.",
