@@ -33,6 +33,15 @@ class State:
             self._ws = open_workspace(self.workspace, self.cfg)
         return self._ws
 
+    def local_dir(self) -> Path:
+        """``.jpfs/local`` of the workspace, found without loading its configuration:
+        daemon control works whatever config.toml says."""
+        from jpfs.workspace import LOCAL_DIR, find_root
+
+        if self.workspace is not None and (self.workspace / ".jpfs").is_dir():
+            return self.workspace.resolve() / LOCAL_DIR
+        return find_root(self.workspace) / LOCAL_DIR
+
 
 state = State()
 

@@ -202,9 +202,11 @@ def _reason(files: Files, code: int) -> str:
     return f"exit status {code}"
 
 
-def stop(ws: Workspace, *, timeout: float = 60.0, force: bool = False) -> int | None:
-    """Ask the daemon to stop and wait until it is gone; returns its pid (None: none ran)."""
-    files = Files.of(ws)
+def stop(files: Files, *, timeout: float = 60.0, force: bool = False) -> int | None:
+    """Ask the daemon to stop and wait until it is gone; returns its pid (None: none ran).
+
+    Takes the daemon's files, not a loaded workspace: stopping must work whatever the
+    configuration says (a broken config.toml is the usual reason to restart)."""
     pid = running_pid(files)
     if pid is None:
         return None

@@ -43,7 +43,7 @@ def stop(
     """Stop the daemon: each run finishes its current step (or is interrupted with --force)."""
     from jpfs.daemon import process
 
-    pid = process.stop(state.ws(), timeout=timeout, force=force)
+    pid = process.stop(process.Files(state.local_dir()), timeout=timeout, force=force)
     if pid is None:
         note("no daemon is running for this workspace")
         return
@@ -58,13 +58,26 @@ def status(fmt: Format = "text") -> None:
     """
     from jpfs.daemon import process
 
-    data = process.status(process.Files.of(state.ws()))
+    data = process.status(process.Files(state.local_dir()))
+    if data.get("running"):
+        data["config_error"] = _config_error()
     if fmt == "json":
         out_json(data)
     else:
         out(render(data))
     if not data.get("running"):
         raise typer.Exit(1)
+
+
+def _config_error() -> str | None:
+    """What is wrong with the configuration now (a running daemon keeps the one it read)."""
+    from jpfs.errors import JpfsError
+
+    try:
+        state.ws()
+    except JpfsError as exc:
+        return str(exc)
+    return None
 
 
 def render(data: dict[str, Any]) -> str:
@@ -83,6 +96,8 @@ def render(data: dict[str, Any]) -> str:
             f"  {agent['id']}  {agent.get('agent', '')}  {_duration(agent.get('elapsed', 0))}"
             f"  {agent.get('tokens', 0)} tokens"
         )
+    if data.get("config_error"):
+        lines.append(f"config error: {data['config_error']} (the daemon runs with what it read)")
     err = data.get("last_error")
     lines.append(f"last error: {err['time']} {err['message']}" if err else "last error: none")
     return "\n".join(lines)

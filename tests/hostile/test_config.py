@@ -1,0 +1,40 @@
+"""Broken configuration and unknown agents: reported where the user looks, never a dead end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import jpfs_subprocess
+from tests.hostile.conftest import assert_healthy, start_conversation, wait_error, wait_result
+
+
+def test_daemon_control_works_whatever_the_config_says(daemon: Path) -> None:
+    config = daemon / ".jpfs" / "config.toml"
+    good = config.read_text(encoding="utf-8")
+    config.write_text(good + "\nbroken = [\n", encoding="utf-8")
+    status = jpfs_subprocess("daemon", "status", "--format", "json", cwd=daemon)
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert data["running"] is True and "malformed TOML" in data["config_error"]
+    text = jpfs_subprocess("daemon", "status", cwd=daemon)
+    assert "config error:" in text.stdout
+    # The running daemon keeps serving with the configuration it read.
+    start_conversation(daemon, "still-served")
+    assert "echo: Say hello." in wait_result(daemon, "still-served")
+    stopped = jpfs_subprocess("daemon", "stop", "--timeout", "20", cwd=daemon)
+    assert stopped.returncode == 0, stopped.stderr
+    after = jpfs_subprocess("daemon", "status", cwd=daemon)
+    assert after.returncode == 1 and after.stdout.strip() == "not running"
+    config.write_text(good, encoding="utf-8")
+
+
+def test_an_unknown_agent_is_an_error_event_at_once(daemon: Path) -> None:
+    conv = daemon / "conversations" / "nobody"
+    conv.mkdir()
+    (conv / "conversation.toml").write_text('agent = "no-such-agent"\n', encoding="utf-8")
+    (conv / "task.md").write_text("Hello?\n", encoding="utf-8")
+    # Well before the periodic rescan (30 s): the error is recorded as the task lands.
+    error = wait_error(daemon, "nobody", "no-such-agent", timeout=10)
+    assert "agents.allowed" in error
+    assert_healthy(daemon)
