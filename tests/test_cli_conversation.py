@@ -11,13 +11,14 @@ import pytest
 
 from jpfs import record
 from jpfs.workspace import open_workspace
-from tests.conftest import git, jpfs_subprocess
+from tests.conftest import git, jpfs_subprocess, rgit
 
 CONV = "conversations"
 
 
 def trailers(repo: Path, rev: str = "HEAD") -> dict[str, str]:
-    msg = git(repo, "log", "-1", "--format=%B", rev)
+    """The trailers of a commit on the record (``conversations/``, branch jpfs-record)."""
+    msg = rgit(repo, "log", "-1", "--format=%B", rev)
     parsed = subprocess.run(
         ["git", "interpret-trailers", "--parse"], input=msg, capture_output=True, text=True,
         check=True,
@@ -25,19 +26,25 @@ def trailers(repo: Path, rev: str = "HEAD") -> dict[str, str]:
     return dict(line.split(": ", 1) for line in parsed.splitlines())
 
 
-def test_init_writes_workspace_in_one_commit_and_is_idempotent(repo: Path, cli) -> None:
+def test_init_writes_files_starts_the_record_and_commits_nothing_of_the_users(
+    repo: Path, cli
+) -> None:
+    head = git(repo, "rev-parse", "HEAD")
     result = cli("init")
     assert result.code == 0, result.stderr
     assert (repo / ".jpfs/config.toml").is_file()
     assert (repo / ".jpfs/agents/default.toml").is_file()
     assert "/.jpfs/local/" in (repo / ".gitignore").read_text()
     assert (repo / CONV).is_dir()
-    assert git(repo, "log", "-1", "--format=%s") == "jpfs: init\n"
+    assert git(repo, "rev-parse", "HEAD") == head  # the user's branch did not move
+    assert git(repo, "status", "--porcelain") == "?? .gitignore\n?? .jpfs/\n"
+    assert rgit(repo, "log", "-1", "--format=%s") == "jpfs: start the record\n"
     assert trailers(repo)["Jpfs-Event"] == "init"
-    assert git(repo, "status", "--porcelain") == ""
-    count = git(repo, "rev-list", "--count", "HEAD")
+    assert rgit(repo, "status", "--porcelain") == ""
+    count = rgit(repo, "rev-list", "--count", "HEAD")
     assert cli("init").code == 0
-    assert git(repo, "rev-list", "--count", "HEAD") == count
+    assert rgit(repo, "rev-list", "--count", "HEAD") == count
+    assert git(repo, "rev-parse", "HEAD") == head
 
 
 def test_init_outside_a_repo_needs_git_init(tmp_path: Path, cli) -> None:
@@ -58,11 +65,12 @@ def test_new_prints_only_the_id_and_commits_with_trailers(ws: Path, cli) -> None
     meta = (ws / CONV / "refactor/conversation.toml").read_text()
     assert 'title = "Refactor it"' in meta and 'agent = "default"' in meta
     assert 'status = "active"' in meta and "base = " in meta
-    assert git(ws, "log", "-1", "--format=%s") == "jpfs(refactor): new\n"
+    assert rgit(ws, "log", "-1", "--format=%s") == "jpfs(refactor): new\n"
     t = trailers(ws)
     assert t["Jpfs-Conversation"] == "refactor" and t["Jpfs-Event"] == "new"
     assert t["Jpfs-Agent"] == "default"
-    assert git(ws, "status", "--porcelain") == ""
+    assert rgit(ws, "status", "--porcelain") == ""
+    assert git(ws, "log", "-1", "--format=%s") == "initial\n"  # the user's branch: untouched
     assert cli("conversation", "show").stdout == "refactor\n"
     child = cli("c", "new", "--parent", "refactor", "--no-activate").stdout.strip()
     assert child.startswith("refactor/c-")
@@ -159,8 +167,8 @@ def test_rm_refuses_children_without_cascade(ws: Path, cli) -> None:
     assert (ws / CONV / "a/x").is_dir()
     assert cli("c", "rm", "a", "--cascade").code == 0
     assert not (ws / CONV / "a").exists()
-    assert git(ws, "status", "--porcelain") == ""
-    assert "a/conversation.toml" in git(ws, "log", "--name-only", "--format=", "-1")
+    assert rgit(ws, "status", "--porcelain") == ""
+    assert "a/conversation.toml" in rgit(ws, "log", "--name-only", "--format=", "-1")
 
 
 def test_root_id_refuses_everything_outside(ws: Path, cli, tmp_path: Path) -> None:
@@ -232,7 +240,9 @@ def test_config_commands(ws: Path, cli) -> None:
     assert cli("config", "set", "daemon.max_agents", "7").code == 0
     assert cli("config", "get", "daemon.max_agents").stdout == "7\n"
     assert "# Agents running at once" in (ws / ".jpfs/config.toml").read_text()
-    assert git(ws, "log", "-1", "--format=%s") == "jpfs: config set daemon.max_agents\n"
+    # A project file: written for the user to commit, never committed by jpfs.
+    assert git(ws, "log", "-1", "--format=%s") == "initial\n"
+    assert "?? .jpfs/" in git(ws, "status", "--porcelain")
     assert cli("--cfg", "daemon.max_agents=2", "config", "get", "daemon.max_agents").stdout == "2\n"
     shown = json.loads(cli("config", "show", "--format", "json").stdout)
     row = next(r for r in shown if r["key"] == "daemon.max_agents")
@@ -275,8 +285,8 @@ def test_concurrent_processes_create_and_commit(ws: Path, n_procs: int) -> None:
         subprocess.Popen([sys.executable, "-c", script, str(n)], cwd=ws) for n in range(n_procs)
     ]
     assert all(p.wait(timeout=120) == 0 for p in procs)
-    subjects = git(ws, "log", "--format=%s").splitlines()
+    subjects = rgit(ws, "log", "--format=%s").splitlines()
     made = [s for s in subjects if s.startswith("jpfs(p")]
     assert sorted(made) == sorted(f"jpfs(p{n}-{i}): new" for n in range(n_procs) for i in range(8))
-    assert git(ws, "status", "--porcelain") == ""
+    assert rgit(ws, "status", "--porcelain") == ""
     git(ws, "fsck", "--strict")
