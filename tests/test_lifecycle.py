@@ -23,7 +23,7 @@ from jpfs.query import query
 from jpfs.runtime import Runner
 from jpfs.state import State
 from jpfs.workspace import Workspace, open_workspace
-from tests.conftest import Result, git, no_thread_leak, wait_until, write_profile
+from tests.conftest import Result, no_thread_leak, rgit, wait_until, write_profile
 from tests.messages_server import (
     last_user_text,
     system_text,
@@ -71,8 +71,8 @@ text = "quick: {input}"
 
 def trailer_groups(repo: Path) -> list[dict[str, str]]:
     out = []
-    for sha in git(repo, "rev-list", "HEAD").split():
-        message = git(repo, "log", "-1", "--format=%B", sha)
+    for sha in rgit(repo, "rev-list", "HEAD").split():
+        message = rgit(repo, "log", "-1", "--format=%B", sha)
         parsed = subprocess.run(
             ["git", "interpret-trailers", "--parse"], input=message, text=True,
             capture_output=True, check=True,
@@ -161,7 +161,7 @@ def test_fork_three_gather_continue_one_kill_another(ws: Path, api_env) -> None:
     assert events.count(("lead", "status")) == 4 and events.count((a, "result")) == 2
     assert (a, "mail") in events and (a, "input") in events and (b, "kill") in events
     assert ("lead", "mail-read") in events and events.count(("lead", "tool")) == 6
-    assert git(ws, "status", "--porcelain", "--", "conversations") == ""
+    assert rgit(ws, "status", "--porcelain", "--", ".") == ""
     forked = Conversation(w.conv_root, a).meta()
     assert forked["forked_from"] == "lead@2" and forked["agent"] == "lead"
 
@@ -187,7 +187,7 @@ def test_kill_during_a_slow_provider_call_takes_effect_within_a_second(ws: Path)
         conv = Conversation(w.conv_root, child)
         # The first user event is committed; the next step is the (30 s) model turn.
         wait_until(lambda: [e.role for e in conv.events()] == ["user"])
-        wait_until(lambda: f"jpfs({child}): input" in git(ws, "log", "-5", "--format=%s"))
+        wait_until(lambda: f"jpfs({child}): input" in rgit(ws, "log", "-5", "--format=%s"))
         started = time.monotonic()
         assert control.kill(w, child) == [child]
         thread.join(5)
@@ -197,7 +197,7 @@ def test_kill_during_a_slow_provider_call_takes_effect_within_a_second(ws: Path)
     assert not locks.is_locked(w.local_dir, child)
     last = trailer_groups(ws)[0]
     assert last["Jpfs-Conversation"] == child and last["Jpfs-Event"] == "kill"
-    assert git(ws, "log", "-1", "--format=%s") == f"jpfs({child}): kill by human\n"
+    assert rgit(ws, "log", "-1", "--format=%s") == f"jpfs({child}): kill by human\n"
     # Killed stays killed: no resume by query, by mail or by a new run.
     from jpfs.errors import StateError
 

@@ -19,7 +19,7 @@ from jpfs.runtime import Runner
 from jpfs.tools.base import ToolContext
 from jpfs.tools.registry import build_tools
 from jpfs.workspace import Workspace, open_workspace
-from tests.conftest import Result, git, no_thread_leak, wait_until, write_profile
+from tests.conftest import Result, no_thread_leak, rgit, wait_until, write_profile
 
 ECHO = """
 model = "m"
@@ -34,8 +34,8 @@ text = "echo: {input}"
 def commits(repo: Path, *paths: str) -> list[dict[str, str]]:
     """Trailer groups of every commit (newest first), limited to ``paths`` if given."""
     out = []
-    for sha in git(repo, "rev-list", "HEAD", "--", *paths).split():
-        body = git(repo, "log", "-1", "--format=%B", sha)
+    for sha in rgit(repo, "rev-list", "HEAD", "--", *paths).split():
+        body = rgit(repo, "log", "-1", "--format=%B", sha)
         out.extend(parse_trailers(git_trailers(repo, body)))
     return out
 
@@ -72,7 +72,7 @@ def test_message_file_format_and_one_commit_per_change(
     assert meta["id"] == msg_id and meta["from"] == "@human" and meta["to"] == "lead/b"
     assert meta["subject"] == "Hello there" and meta["kind"] == "message"
     assert meta["read"] is False and body == "the body\n" and "created" in meta
-    head = git(w.root, "log", "-1", "--format=%s")
+    head = rgit(w.root, "log", "-1", "--format=%s")
     assert head == f"jpfs(lead/b): mail {msg_id}\n"
     last = commits(w.root)[0]
     assert last["Jpfs-Event"] == "mail" and last["Jpfs-Message"] == msg_id
@@ -84,20 +84,20 @@ def test_message_file_format_and_one_commit_per_change(
     shown = cli("mail", "read", "lead/b", msg_id)
     assert f"id: {msg_id}" in shown.stdout and shown.stdout.endswith("the body\n")
     assert frontmatter.read(path)[0]["read"] is True
-    assert git(w.root, "log", "-1", "--format=%s") == f"jpfs(lead/b): mail-read {msg_id}\n"
+    assert rgit(w.root, "log", "-1", "--format=%s") == f"jpfs(lead/b): mail-read {msg_id}\n"
     assert json.loads(cli("mail", "check", "lead/b", "--format", "json").stdout)["unread"] == 0
     # Reading again changes nothing and commits nothing.
-    count = git(w.root, "rev-list", "--count", "HEAD")
+    count = rgit(w.root, "rev-list", "--count", "HEAD")
     assert cli("mail", "read", "lead/b", msg_id).code == 0
-    assert git(w.root, "rev-list", "--count", "HEAD") == count
+    assert rgit(w.root, "rev-list", "--count", "HEAD") == count
 
     assert cli("mail", "delete", "lead/b", msg_id).stdout.strip() == msg_id
     assert not path.exists()
-    assert git(w.root, "log", "-1", "--format=%s") == f"jpfs(lead/b): mail-delete {msg_id}\n"
+    assert rgit(w.root, "log", "-1", "--format=%s") == f"jpfs(lead/b): mail-delete {msg_id}\n"
     # Deleted, yet in history.
-    rel = f"conversations/lead/b/inbox/{msg_id}.md"
-    assert "the body" in git(w.root, "show", f"HEAD~1:{rel}")
-    assert git(w.root, "status", "--porcelain", "--", "conversations") == ""
+    rel = f"lead/b/inbox/{msg_id}.md"
+    assert "the body" in rgit(w.root, "show", f"HEAD~1:{rel}")
+    assert rgit(w.root, "status", "--porcelain", "--", ".") == ""
     gone = cli("mail", "read", "lead/b", msg_id)
     assert gone.code == 1 and "no message" in gone.stderr
 
@@ -249,11 +249,9 @@ def test_mail_from_the_caller_continues_an_idle_conversation(
     assert mail.get(w, first, msg.id).read is True
     assert mail.pending_input(w, first) == []
     # The input and the read mark are one commit.
-    commit = git(
-        w.root, "log", "-1", "--format=%H", "--", f"conversations/{first}/events/0003-user.md"
-    )
-    changed = git(w.root, "show", "--name-only", "--format=", commit.strip()).split()
-    assert f"conversations/{first}/inbox/{msg.id}.md" in changed, git(
+    commit = rgit(w.root, "log", "-1", "--format=%H", "--", f"{first}/events/0003-user.md")
+    changed = rgit(w.root, "show", "--name-only", "--format=", commit.strip()).split()
+    assert f"{first}/inbox/{msg.id}.md" in changed, rgit(
         w.root, "log", "--stat", "--format=%s%n%b", "-8"
     )
     # Mail from a child (not its caller) does not start the parent.
@@ -294,14 +292,14 @@ def test_status_report_is_sent_once_per_run_end(tree3: Workspace) -> None:
     conv.append_event("user", "q")
     conv.append_event("assistant", "the answer")
     runner = Runner(w)
-    before = git(w.root, "rev-list", "--count", "HEAD")
+    before = rgit(w.root, "rev-list", "--count", "HEAD")
     # A crash after the report but before result.md: the redo reports the same message.
     reports.report_status(runner, conv, True, "the answer")
     reports.report_status(runner, conv, True, "the answer")
     (status,) = mail.select(w, "lead", kind="status")
     assert json.loads(status.body) == {"status": "idle", "success": True, "summary": "the answer"}
     assert status.sender == "lead/a" and status.event == 2
-    assert int(git(w.root, "rev-list", "--count", "HEAD")) == int(before) + 1
+    assert int(rgit(w.root, "rev-list", "--count", "HEAD")) == int(before) + 1
     assert commits(w.root)[0]["Jpfs-Event"] == "status"
     # Top-level conversations have no parent to report to.
     reports.report_status(runner, Conversation(w.conv_root, "other"), True, "x")

@@ -17,7 +17,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.conftest import Result, git, jpfs_subprocess
+from tests.conftest import Result, git, jpfs_subprocess, rgit
 
 HELPER = """\
 model = "script-helper"
@@ -215,9 +215,9 @@ def test_mcp_session(mcp_ws: Path, tmp_path: Path, cli: Callable[..., Result]) -
 
     anyio.run(scenario)
     # Every step is in git, and the work tree stays clean.
-    log = git(mcp_ws, "log", "--format=%s")
+    log = rgit(mcp_ws, "log", "--format=%s")
     assert f"jpfs({root_of(errlog)}): new" in log
-    assert git(mcp_ws, "status", "--porcelain", "conversations") == ""
+    assert rgit(mcp_ws, "status", "--porcelain") == ""
 
 
 def root_of(errlog: Path) -> str:
@@ -283,4 +283,4 @@ def test_cancelled_request_kills_its_run(
     anyio.run(scenario)
     # The script's turn sleeps 60 s; the cancel stopped it.
     assert time.monotonic() - started < 20
-    assert "MCP request cancelled" in git(mcp_ws, "log", "--format=%s")
+    assert "MCP request cancelled" in rgit(mcp_ws, "log", "--format=%s")

@@ -10,7 +10,7 @@ from jpfs.history import log
 from jpfs.query import query
 from jpfs.state import State
 from jpfs.workspace import open_workspace
-from tests.conftest import git, write_profile
+from tests.conftest import rgit, write_profile
 from tests.messages_server import Router, last_user_text, text_reply, tool_results, tool_use_reply
 
 ASKER = """
@@ -32,7 +32,7 @@ text = "WORKED ON: {{input}}"
 
 def events_of(ws: Path, conv_id: str) -> list[str]:
     return [
-        e.event for e in reversed(log(ws, "conversations", conv_id)) if e.conversation == conv_id
+        e.event for e in reversed(log(ws, "jpfs-record", conv_id)) if e.conversation == conv_id
     ]
 
 
@@ -69,7 +69,7 @@ def test_two_rounds_answered_by_a_human_editing_answers_md(ws: Path, cli) -> Non
         "result",
     ]  # fmt: skip
     # The human's edit is authored by the user, the questions by the agent.
-    authors = git(ws, "log", "--format=%an|%s", "--", f"conversations/{conv_id}").splitlines()
+    authors = rgit(ws, "log", "--format=%an|%s", "--", f"{conv_id}").splitlines()
     assert f"Test User|jpfs({conv_id}): answers" in authors
     assert f"asker (jpfs agent)|jpfs({conv_id}): questions" in authors
 
@@ -153,7 +153,7 @@ enabled = true
         "task", "questions", "answers", "ready", "input", "assistant", "result",
     ]  # fmt: skip
     # The caller's input to its child is the calling agent's commit, not the user's.
-    authors = git(ws, "log", "--format=%an|%s", "--", f"conversations/{child.id}").splitlines()
+    authors = rgit(ws, "log", "--format=%an|%s", "--", f"{child.id}").splitlines()
     assert f"lead (jpfs agent)|jpfs({child.id}): task" in authors
     assert f"lead (jpfs agent)|jpfs({child.id}): answers round 1" in authors
 

@@ -12,7 +12,7 @@ from jpfs.query import query
 from jpfs.runtime import Runner
 from jpfs.state import State
 from jpfs.workspace import open_workspace
-from tests.conftest import git, jpfs_subprocess, write_profile
+from tests.conftest import jpfs_subprocess, rgit, write_profile
 from tests.messages_server import (
     Router,
     last_user_text,
@@ -43,8 +43,8 @@ allow = ["fs_read_file"]
 
 def trailer_lines(repo: Path) -> list[dict[str, str]]:
     out = []
-    for sha in git(repo, "rev-list", "HEAD").split():
-        msg = git(repo, "log", "-1", "--format=%B", sha)
+    for sha in rgit(repo, "rev-list", "HEAD").split():
+        msg = rgit(repo, "log", "-1", "--format=%B", sha)
         parsed = subprocess.run(
             ["git", "interpret-trailers", "--parse"], input=msg, text=True, capture_output=True,
             check=True,
@@ -111,7 +111,7 @@ def test_main_agent_runs_two_children_in_parallel(ws: Path, api_env) -> None:  #
         assert (c["id"], "result") in events and (c["id"], "tool") in events
     usage = [t["Jpfs-Usage"] for t in trailers if t.get("Jpfs-Model") == "claude-main"]
     assert "input=100 output=20" in usage
-    assert git(ws, "status", "--porcelain", "--", "conversations") == ""
+    assert rgit(ws, "status", "--porcelain", "--", ".") == ""
     conv = Conversation(w.conv_root, main_id)
     first_assistant = next(e for e in conv.events() if e.role == "assistant")
     assert first_assistant.meta["usage"] == {"input_tokens": 100, "output_tokens": 20}
@@ -130,7 +130,7 @@ def test_provider_failure_is_recorded_in_the_conversation(ws: Path, api_env) -> 
     conv = Conversation(w.conv_root, result.conversation)
     assert conv.meta()["status"] == "failed"
     assert conv.events()[-1].role == "error"
-    assert "jpfs(" + result.conversation + "): error" in git(ws, "log", "-1", "--format=%s")
+    assert "jpfs(" + result.conversation + "): error" in rgit(ws, "log", "-1", "--format=%s")
     # New input retries the conversation.
     api_env.responder = lambda req: text_reply("recovered: " + last_user_text(req))
     again = query(w, "try again", conv_id=result.conversation)
