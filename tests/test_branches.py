@@ -221,7 +221,9 @@ def test_best_of_n_parallel_branches_merge_one_conflict_other(
     gc = cli("gc")
     assert f"removed worktree {alpha} (merged)" in gc.stdout
     worktrees = git(project, "worktree", "list", "--porcelain")
-    assert worktrees.count("worktree ") == 1 and "prunable" not in worktrees
+    # The main work tree and the record's (conversations/, branch jpfs-record).
+    assert worktrees.count("worktree ") == 2 and "prunable" not in worktrees
+    assert "branch refs/heads/jpfs-record" in worktrees
     assert Conversation(ws.conv_root, alpha).exists() and Conversation(ws.conv_root, beta).exists()
 
     graph = git(project, "log", "--graph", "--all", "--format=%s")

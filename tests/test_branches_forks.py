@@ -84,7 +84,7 @@ def test_nested_branches_coexist_and_mirror_the_tree(wsp: Workspace) -> None:
     # Forked from the parent's branch, with the parent's committed edit.
     assert (branches.files_root(wsp, Conversation(wsp.conv_root, "a/b/c")) / "a.txt").is_file()
     listed = git(wsp.root, "worktree", "list", "--porcelain")
-    assert listed.count("worktree ") == 4
+    assert listed.count("worktree ") == 5  # 3 writers, the main work tree, the record
     # Worktrees are flat siblings, never inside one another.
     assert sorted(p.name for p in (wsp.root / ".jpfs/local/worktrees").iterdir()) == [
         "a",
@@ -124,7 +124,9 @@ def test_conversation_files_written_in_a_worktree_never_reach_the_branch(wsp: Wo
     assert changed == ["ok.txt"]
 
 
-def test_merge_races_with_the_committer_and_loses_nothing(wsp: Workspace) -> None:
+def test_a_merge_while_the_record_is_busy_loses_nothing_on_either_branch(
+    wsp: Workspace,
+) -> None:
     fork(wsp, "a")
     edit(wsp, "a", "feature.txt", "feature\n")
     lifecycle.new_conversation(wsp, "busy", agent="plain")
@@ -148,9 +150,12 @@ def test_merge_races_with_the_committer_and_loses_nothing(wsp: Workspace) -> Non
         stop.set()
         worker.join()
     assert not result.already
-    log = git(wsp.root, "log", "--format=%B", "main")  # group commits list their changes
+    # The record got every change (group commits list theirs) and the user's branch
+    # none of them: jpfs commits on jpfs-record, merges go to main.
+    log = git(wsp.root, "log", "--format=%B", "jpfs-record")
     for n in done:
         assert f"jpfs(busy): edit {n}\n" in log
+    assert "jpfs(busy)" not in git(wsp.root, "log", "--format=%B", "main")
     assert git(wsp.root, "merge-base", "--is-ancestor", result.commit, "main") == ""
     assert (wsp.root / "feature.txt").read_text(encoding="utf-8") == "feature\n"
     assert git(wsp.root, "status", "--porcelain", "--untracked-files=no") == ""
@@ -217,7 +222,7 @@ def test_gc_removes_killed_merged_and_orphaned_worktrees_and_reports_the_rest(
     kept = sorted(
         Path(line.split()[1]).name for line in listed.splitlines() if line.startswith("worktree ")
     )
-    assert kept == sorted([wsp.root.name, "idle", "running"])
+    assert kept == sorted([wsp.root.name, "conversations", "idle", "running"])
     assert git(wsp.root, "show", "jpfs/killed/_:wip.txt") == "wip\n"  # branch kept, work saved
     # A merged child that is continued gets its worktree back.
     wt = branches.files_root(wsp, Conversation(wsp.conv_root, "merged"))
@@ -244,7 +249,10 @@ def test_forks_made_outside_new_conversation_get_their_branch(wsp: Workspace) ->
     root = Runner(wsp).files_root(late)
     assert late.meta()["branch"] == "jpfs/a/late/_"
     assert (root / "a.txt").read_text(encoding="utf-8") == "a\n"
-    assert git(wsp.root, "log", "-1", "--format=%s").strip() == "jpfs(a/late): branch jpfs/a/late/_"
+    assert (
+        git(wsp.root, "log", "-1", "--format=%s", "jpfs-record").strip()
+        == "jpfs(a/late): branch jpfs/a/late/_"
+    )
 
 
 def test_an_edited_record_cannot_redirect_branch_operations(wsp: Workspace) -> None:
