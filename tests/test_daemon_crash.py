@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jpfs.locks import is_locked
-from tests.conftest import git, wait_until
+from tests.conftest import rgit, wait_until
 from tests.test_daemon_helpers import (
     DaemonProc,
     daemon_proc_fixture,
@@ -33,9 +33,11 @@ def daemon_proc(ws: Path) -> Iterator[DaemonProc]:
 
 
 def commit_count(ws: Path) -> int:
+    """Commits on the record (the daemon's progress)."""
     out = subprocess.run(
-        ["git", "rev-list", "--count", "HEAD"], cwd=ws, capture_output=True, text=True, check=False
-    )
+        ["git", "rev-list", "--count", "HEAD"],
+        cwd=ws / "conversations", capture_output=True, text=True, check=False,
+    )  # fmt: skip
     return int(out.stdout.strip() or 0)
 
 
@@ -79,7 +81,7 @@ def test_sigkill_at_random_points_loses_nothing_and_repeats_nothing(
         )
         daemon_proc.start()
     wait_until(all_idle, timeout=60, message=f"every job to finish (seed {seed})")
-    wait_until(lambda: not git(ws, "status", "--porcelain", "conversations"), message="clean")
+    wait_until(lambda: not rgit(ws, "status", "--porcelain"), message="clean")
     assert daemon_proc.terminate() == 0
     assert kills >= 2, f"the workload ended before the kills (seed {seed})"
 

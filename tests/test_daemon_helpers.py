@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import git, jpfs_subprocess, wait_until
+from tests.conftest import git, jpfs_subprocess, rgit, wait_until
 
 LEAD = """\
 model = "script-lead"
@@ -135,7 +135,8 @@ def write_vim(path: Path, text: str) -> None:
 
 
 def log_lines(ws: Path, *paths: str) -> list[str]:
-    out = git(ws, "log", "--reverse", "--format=%an|%s", "--", *paths)
+    """``author|subject`` of the record's commits (oldest first) touching record paths."""
+    out = rgit(ws, "log", "--reverse", "--format=%an|%s", "--", *paths)
     return [ln for ln in out.splitlines() if ln]
 
 

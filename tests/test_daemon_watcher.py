@@ -18,7 +18,7 @@ from jpfs.daemon.watcher import (
     IgnoredDirs,
     watch,
 )
-from tests.conftest import git, no_thread_leak, wait_until
+from tests.conftest import no_thread_leak, rgit, wait_until
 from tests.test_daemon_helpers import (
     roles,
     setup_workspace,
@@ -148,11 +148,11 @@ def test_the_daemon_in_process_serves_and_stops_without_leaking_threads(ws: Path
                 typing.write("First line")
                 typing.flush()
                 threading.Event().wait(3 * 0.3)  # a human's pause, not a synchronisation
-                assert "jpfs(y)" not in git(ws, "log", "--format=%s")
+                assert "jpfs(y)" not in rgit(ws, "log", "--format=%s")
                 assert not (ws / "conversations" / "y" / "conversation.toml").exists()
                 typing.write(", second line.\n")
             wait_until(lambda: state_of(ws, "y") == "waiting", message="y's questions")
-            assert git(ws, "show", "HEAD:conversations/y/task.md") == "First line, second line.\n"
+            assert rgit(ws, "show", "HEAD:y/task.md") == "First line, second line.\n"
         finally:
             daemon.stop.set()
             thread.join(20)

@@ -31,9 +31,7 @@ text = "WORKED ON: {{input}}"
 
 
 def events_of(ws: Path, conv_id: str) -> list[str]:
-    return [
-        e.event for e in reversed(log(ws, "jpfs-record", conv_id)) if e.conversation == conv_id
-    ]
+    return [e.event for e in reversed(log(ws, "jpfs-record", conv_id)) if e.conversation == conv_id]
 
 
 def test_two_rounds_answered_by_a_human_editing_answers_md(ws: Path, cli) -> None:
