@@ -18,7 +18,7 @@ from jpfs.conversation import Conversation
 from jpfs.runtime import Runner
 from jpfs.tools.registry import catalog
 from jpfs.workspace import open_workspace
-from tests.conftest import Result, git, wait_until, write_profile
+from tests.conftest import Result, git, rgit, write_profile
 
 IMPL = """
 model = "script"
@@ -98,18 +98,10 @@ def project(ws: Path) -> Path:
 
 
 def user_git(repo: Path, *args: str) -> str:
-    """A user's git command: retried while a jpfs process briefly holds index.lock."""
-    out: list[str] = []
-
-    def attempt() -> bool:
-        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-        if proc.returncode != 0 and "index.lock" not in proc.stderr:
-            raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
-        out.append(proc.stdout)
-        return proc.returncode == 0
-
-    wait_until(attempt, timeout=10, message=f"git {' '.join(args)} to get index.lock")
-    return out[-1]
+    """A user's git command: never retried, jpfs commits never take the user's index.lock."""
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0, f"git {' '.join(args)} failed: {proc.stderr}"
+    return proc.stdout
 
 
 def dirty_user_work(repo: Path) -> None:
@@ -122,13 +114,14 @@ def dirty_user_work(repo: Path) -> None:
 
 
 def assert_user_work_intact(repo: Path) -> None:
-    # Project files only: the index entries of conversation files are the committer's
-    # business (tests/test_committer.py).
-    project = ["--", ".", ":(exclude)conversations"]
+    # The whole index: conversation files live on the record (conversations/, branch
+    # jpfs-record), never in the user's index or on the user's branch.
     assert (repo / "README.md").read_text(encoding="utf-8").endswith("my unsaved thoughts\n")
-    assert git(repo, "diff", "--cached", "--name-only", *project).split() == ["staged.txt"]
-    assert git(repo, "diff", "--name-only", *project).split() == ["README.md"]
+    assert git(repo, "diff", "--cached", "--name-only").split() == ["staged.txt"]
+    assert git(repo, "diff", "--name-only").split() == ["README.md"]
     assert (repo / "scratch.txt").read_text(encoding="utf-8") == "untracked\n"
+    assert git(repo, "ls-files", "conversations") == ""
+    assert git(repo, "log", "--format=%H", "HEAD", "--", "conversations") == ""
 
 
 def run_top(cli: Callable[..., Result], agent: str) -> str:
@@ -205,12 +198,12 @@ def test_best_of_n_parallel_branches_merge_one_conflict_other(
     )
 
     # ...and sees the conflict of the other: nothing changes.
-    index_before = git(project, "ls-files", "-s", "--", ".", ":(exclude)conversations")
+    index_before = git(project, "ls-files", "-s")
     failed = cli("merge", beta)
     assert failed.code == 1
     assert "conflict in shared.txt" in failed.stderr and "nothing was changed" in failed.stderr
     assert git(project, "rev-parse", "HEAD").strip() == head
-    assert git(project, "ls-files", "-s", "--", ".", ":(exclude)conversations") == index_before
+    assert git(project, "ls-files", "-s") == index_before
     assert (project / "shared.txt").read_text(encoding="utf-8") == "alpha\nline2\nline3\n"
     assert_user_work_intact(project)
 
@@ -230,6 +223,19 @@ def test_best_of_n_parallel_branches_merge_one_conflict_other(
     assert f"merge jpfs/{alpha}/_ into main" in graph
     assert "|\\" in graph  # the join
     assert_user_work_intact(project)
+    # The record holds both children's histories, the merge and the discard included.
+    for conv_id, last in (
+        (alpha, f"merged into main as {merge_commit[:12]}"),
+        (beta, f"discard jpfs/{beta}/_"),
+    ):
+        assert rgit(project, "log", "-1", "--format=%s", "--", conv_id) == (
+            f"jpfs({conv_id}): {last}\n"
+        )
+        # Parallel children's steps may share a group commit, which lists them all.
+        history = rgit(project, "log", "--format=%B", "--", conv_id)
+        assert f"jpfs({conv_id}): task\n" in history
+        assert f"jpfs({conv_id}): tool fs_modify_file\n" in history
+    assert rgit(project, "status", "--porcelain") == ""
 
 
 def test_nested_fork_merges_into_parent_branch_then_main(
@@ -312,15 +318,16 @@ def test_merge_never_overwrites_uncommitted_changes(ws: Path, cli: Callable[...,
     for make, undo, path in cases:
         make()
         before = (ws / path).read_text(encoding="utf-8")
-        index = git(ws, "ls-files", "-s", "--", ".", ":(exclude)conversations")
+        index = git(ws, "ls-files", "-s")
         result = cli("merge", "fix")
         assert result.code == 1 and "would overwrite uncommitted changes" in result.stderr
         assert path in result.stderr
         assert (ws / path).read_text(encoding="utf-8") == before
-        assert git(ws, "ls-files", "-s", "--", ".", ":(exclude)conversations") == index
+        assert git(ws, "ls-files", "-s") == index
         assert git(ws, "rev-parse", "HEAD") == head
         undo()
     ok = cli("merge", "fix")
     assert ok.code == 0, ok.stderr
     assert (ws / "README.md").read_text(encoding="utf-8") == "# project, fixed\n"
-    assert git(ws, "status", "--porcelain", "-uno", "--", ".", ":(exclude)conversations") == ""
+    assert git(ws, "status", "--porcelain", "-uno") == ""
+    assert git(ws, "log", "--format=%H", "HEAD", "--", "conversations") == ""

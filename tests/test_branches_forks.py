@@ -1,4 +1,4 @@
-"""Branch forks in detail: naming, worktree safety, gc, discard, races with the committer."""
+"""Branch forks in detail: naming, worktree safety, gc, discard, a merge while the record is busy."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from jpfs.merge import merge
 from jpfs.tools import fs
 from jpfs.tools.base import ToolContext
 from jpfs.workspace import Workspace, open_workspace
-from tests.conftest import Result, git, write_profile
+from tests.conftest import Result, git, rgit, wait_until, write_profile
 
 BRANCH = """
 model = "script"
@@ -85,6 +85,8 @@ def test_nested_branches_coexist_and_mirror_the_tree(wsp: Workspace) -> None:
     assert (branches.files_root(wsp, Conversation(wsp.conv_root, "a/b/c")) / "a.txt").is_file()
     listed = git(wsp.root, "worktree", "list", "--porcelain")
     assert listed.count("worktree ") == 5  # 3 writers, the main work tree, the record
+    assert f"worktree {wsp.root / 'conversations'}\n" in listed
+    assert "branch refs/heads/jpfs-record" in listed
     # Worktrees are flat siblings, never inside one another.
     assert sorted(p.name for p in (wsp.root / ".jpfs/local/worktrees").iterdir()) == [
         "a",
@@ -130,6 +132,7 @@ def test_a_merge_while_the_record_is_busy_loses_nothing_on_either_branch(
     fork(wsp, "a")
     edit(wsp, "a", "feature.txt", "feature\n")
     lifecycle.new_conversation(wsp, "busy", agent="plain")
+    main_before = git(wsp.root, "rev-parse", "main").strip()
     stop = threading.Event()
     done: list[str] = []
 
@@ -145,20 +148,35 @@ def test_a_merge_while_the_record_is_busy_loses_nothing_on_either_branch(
     worker = threading.Thread(target=churn)
     worker.start()
     try:
+        # The merge starts while the committer is busy writing the record.
+        wait_until(lambda: len(done) >= 3, message="the record's committer to be busy")
         result = merge(wsp, "a")
+        after = len(done)
+        # ...and it keeps writing after the merge is done.
+        wait_until(lambda: len(done) >= min(after + 3, 200), message="more record commits")
     finally:
         stop.set()
         worker.join()
     assert not result.already
-    # The record got every change (group commits list theirs) and the user's branch
-    # none of them: jpfs commits on jpfs-record, merges go to main.
-    log = git(wsp.root, "log", "--format=%B", "jpfs-record")
+    # The record got every change (group commits list theirs), the merge's own event
+    # included, and holds the last write: jpfs commits on jpfs-record.
+    log = rgit(wsp.root, "log", "--format=%B")
     for n in done:
         assert f"jpfs(busy): edit {n}\n" in log
+    assert f"jpfs(a): merged into main as {result.commit[:12]}\n" in log
+    assert rgit(wsp.root, "show", "HEAD:busy/files/note.md") == f"{done[-1]}\n"
+    assert f'merged = "{result.commit}"' in rgit(wsp.root, "show", "HEAD:a/conversation.toml")
+    assert rgit(wsp.root, "status", "--porcelain") == ""
+    # The user's branch got the merge and nothing of the record: its old tip is the merge's
+    # first parent, no commit on it touches conversations/, no jpfs(busy) commit is there.
+    assert git(wsp.root, "rev-parse", "main").strip() == result.commit
+    assert git(wsp.root, "rev-parse", f"{result.commit}^1").strip() == main_before
     assert "jpfs(busy)" not in git(wsp.root, "log", "--format=%B", "main")
-    assert git(wsp.root, "merge-base", "--is-ancestor", result.commit, "main") == ""
+    assert git(wsp.root, "log", "--format=%H", "main", "--", "conversations") == ""
+    assert git(wsp.root, "show", "main:feature.txt") == "feature\n"
     assert (wsp.root / "feature.txt").read_text(encoding="utf-8") == "feature\n"
     assert git(wsp.root, "status", "--porcelain", "--untracked-files=no") == ""
+    assert git(wsp.root, "ls-files", "conversations") == ""
 
 
 def test_merge_refusals(wsp: Workspace) -> None:
@@ -249,10 +267,10 @@ def test_forks_made_outside_new_conversation_get_their_branch(wsp: Workspace) ->
     root = Runner(wsp).files_root(late)
     assert late.meta()["branch"] == "jpfs/a/late/_"
     assert (root / "a.txt").read_text(encoding="utf-8") == "a\n"
-    assert (
-        git(wsp.root, "log", "-1", "--format=%s", "jpfs-record").strip()
-        == "jpfs(a/late): branch jpfs/a/late/_"
-    )
+    assert rgit(wsp.root, "log", "-1", "--format=%s") == "jpfs(a/late): branch jpfs/a/late/_\n"
+    assert "jpfs(a/late)" in rgit(wsp.root, "log", "-1", "--format=%B", "--", "a/late")
+    # The user's branch did not get that commit (nor any other of jpfs's).
+    assert git(wsp.root, "log", "--format=%s", "main") == "initial\n"
 
 
 def test_an_edited_record_cannot_redirect_branch_operations(wsp: Workspace) -> None:

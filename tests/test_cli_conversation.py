@@ -26,6 +26,16 @@ def trailers(repo: Path, rev: str = "HEAD") -> dict[str, str]:
     return dict(line.split(": ", 1) for line in parsed.splitlines())
 
 
+# What `jpfs init` leaves in the user's work tree for the user to commit; nothing else.
+PROJECT_FILES = "?? .gitignore\n?? .jpfs/\n"
+
+
+def assert_user_branch_untouched(repo: Path) -> None:
+    """jpfs never commits on the user's branch nor stages anything in the user's index."""
+    assert git(repo, "log", "--format=%s", "HEAD") == "initial\n"
+    assert git(repo, "status", "--porcelain") == PROJECT_FILES
+
+
 def test_init_writes_files_starts_the_record_and_commits_nothing_of_the_users(
     repo: Path, cli
 ) -> None:
@@ -36,15 +46,25 @@ def test_init_writes_files_starts_the_record_and_commits_nothing_of_the_users(
     assert (repo / ".jpfs/agents/default.toml").is_file()
     assert "/.jpfs/local/" in (repo / ".gitignore").read_text()
     assert (repo / CONV).is_dir()
-    assert git(repo, "rev-parse", "HEAD") == head  # the user's branch did not move
-    assert git(repo, "status", "--porcelain") == "?? .gitignore\n?? .jpfs/\n"
-    assert rgit(repo, "log", "-1", "--format=%s") == "jpfs: start the record\n"
+    assert "/conversations/" in (repo / ".gitignore").read_text().splitlines()
+    # The user's branch did not move; the new files are left for the user to commit.
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert git(repo, "status", "--porcelain") == PROJECT_FILES
+    assert git(repo, "ls-files") == "README.md\n"
+    # The record: conversations/ is a worktree of jpfs-record, started by one root commit.
+    assert rgit(repo, "symbolic-ref", "--short", "HEAD") == "jpfs-record\n"
+    assert rgit(repo, "log", "--format=%s") == "jpfs: start the record\n"
+    assert rgit(repo, "rev-list", "--parents", "HEAD").split() == [
+        rgit(repo, "rev-parse", "HEAD").strip()
+    ]
+    assert rgit(repo, "ls-tree", "--name-only", "HEAD").split() == [".gitignore", "README.md"]
     assert trailers(repo)["Jpfs-Event"] == "init"
     assert rgit(repo, "status", "--porcelain") == ""
-    count = rgit(repo, "rev-list", "--count", "HEAD")
+    record_head = rgit(repo, "rev-parse", "HEAD")
     assert cli("init").code == 0
-    assert rgit(repo, "rev-list", "--count", "HEAD") == count
+    assert rgit(repo, "rev-parse", "HEAD") == record_head
     assert git(repo, "rev-parse", "HEAD") == head
+    assert git(repo, "status", "--porcelain") == PROJECT_FILES
 
 
 def test_init_outside_a_repo_needs_git_init(tmp_path: Path, cli) -> None:
@@ -70,7 +90,7 @@ def test_new_prints_only_the_id_and_commits_with_trailers(ws: Path, cli) -> None
     assert t["Jpfs-Conversation"] == "refactor" and t["Jpfs-Event"] == "new"
     assert t["Jpfs-Agent"] == "default"
     assert rgit(ws, "status", "--porcelain") == ""
-    assert git(ws, "log", "-1", "--format=%s") == "initial\n"  # the user's branch: untouched
+    assert_user_branch_untouched(ws)
     assert cli("conversation", "show").stdout == "refactor\n"
     child = cli("c", "new", "--parent", "refactor", "--no-activate").stdout.strip()
     assert child.startswith("refactor/c-")
@@ -157,6 +177,8 @@ def test_fork_copies_last_events(ws: Path, cli) -> None:
     blank = cli("c", "fork", "a", "--last", "0").stdout.strip()
     assert Conversation(ws / CONV, blank).events() == []
     assert trailers(ws)["Jpfs-Event"] == "fork"
+    assert trailers(ws)["Jpfs-Conversation"] == blank
+    assert_user_branch_untouched(ws)
 
 
 def test_rm_refuses_children_without_cascade(ws: Path, cli) -> None:
@@ -169,6 +191,8 @@ def test_rm_refuses_children_without_cascade(ws: Path, cli) -> None:
     assert not (ws / CONV / "a").exists()
     assert rgit(ws, "status", "--porcelain") == ""
     assert "a/conversation.toml" in rgit(ws, "log", "--name-only", "--format=", "-1")
+    assert not (ws / CONV / "a").exists() and rgit(ws, "ls-files", "a") == ""
+    assert_user_branch_untouched(ws)
 
 
 def test_root_id_refuses_everything_outside(ws: Path, cli, tmp_path: Path) -> None:
@@ -241,8 +265,8 @@ def test_config_commands(ws: Path, cli) -> None:
     assert cli("config", "get", "daemon.max_agents").stdout == "7\n"
     assert "# Agents running at once" in (ws / ".jpfs/config.toml").read_text()
     # A project file: written for the user to commit, never committed by jpfs.
-    assert git(ws, "log", "-1", "--format=%s") == "initial\n"
-    assert "?? .jpfs/" in git(ws, "status", "--porcelain")
+    assert_user_branch_untouched(ws)
+    assert "jpfs: config" not in rgit(ws, "log", "--format=%s")  # nor on the record
     assert cli("--cfg", "daemon.max_agents=2", "config", "get", "daemon.max_agents").stdout == "2\n"
     shown = json.loads(cli("config", "show", "--format", "json").stdout)
     row = next(r for r in shown if r["key"] == "daemon.max_agents")
@@ -289,4 +313,5 @@ def test_concurrent_processes_create_and_commit(ws: Path, n_procs: int) -> None:
     made = [s for s in subjects if s.startswith("jpfs(p")]
     assert sorted(made) == sorted(f"jpfs(p{n}-{i}): new" for n in range(n_procs) for i in range(8))
     assert rgit(ws, "status", "--porcelain") == ""
+    assert_user_branch_untouched(ws)
     git(ws, "fsck", "--strict")

@@ -79,6 +79,7 @@ def test_one_daemon_per_workspace_and_a_stale_pid_file_never_blocks(started: Pat
 def test_onboarding_round_trip_driven_by_editor_saves(started: Path) -> None:
     ws = started
     setup_workspace(ws, default_agent="lead")
+    user_head = git(ws, "rev-parse", "HEAD")
     start(ws)
     conv = ws / "conversations" / "r1"
     # A new directory and a save-by-rename: the watch on the directory comes after the write.
@@ -121,6 +122,10 @@ def test_onboarding_round_trip_driven_by_editor_saves(started: Path) -> None:
     tracked = rgit(ws, "ls-files").splitlines()
     assert not [p for p in tracked if p.endswith((".swp", "~", "4913", ".tmp"))], tracked
     assert leftovers(ws) == []
+    # All of it is on the record: the user's branch and index got nothing.
+    assert git(ws, "rev-parse", "HEAD") == user_head
+    assert git(ws, "status", "--porcelain", "--untracked-files=no") == ""
+    assert git(ws, "ls-files", "conversations") == ""
     fsck(ws)
 
 

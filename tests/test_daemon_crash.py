@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jpfs.locks import is_locked
-from tests.conftest import rgit, wait_until
+from tests.conftest import git, rgit, wait_until
 from tests.test_daemon_helpers import (
     DaemonProc,
     daemon_proc_fixture,
@@ -59,6 +59,7 @@ def test_sigkill_at_random_points_loses_nothing_and_repeats_nothing(
     def all_idle() -> bool:
         return all(state_of(ws, job) == "idle" for job in jobs if (root / job).is_dir())
 
+    user_head = git(ws, "rev-parse", "HEAD")
     daemon_proc.start()
     for job in jobs:
         write_renamed(root / job / "task.md", f"Task {job}.\n")
@@ -97,4 +98,7 @@ def test_sigkill_at_random_points_loses_nothing_and_repeats_nothing(
         assert "Worker done." in (conv / "result.md").read_text()
     assert leftovers(ws) == [], seed
     assert not list((ws / ".git").glob("**/*.lock")), seed
+    # Every commit went to the record; the user's branch and index were never touched.
+    assert git(ws, "rev-parse", "HEAD") == user_head, seed
+    assert git(ws, "status", "--porcelain", "--untracked-files=no") == "", seed
     fsck(ws)

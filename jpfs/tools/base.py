@@ -55,45 +55,55 @@ class Tool:
         return ToolSpec(self.name, self.description, self.input_schema)
 
 
-_TYPES: dict[str, type | tuple[type, ...]] = {
-    "string": str,
-    "integer": int,
-    "number": (int, float),
-    "boolean": bool,
-    "array": list,
-    "object": dict,
-}
-
-
 def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> JsonDict:
-    """Cheap structural check before a tool runs: required keys, no unknown keys, basic types.
+    """Validate ``arguments`` against the tool's JSON schema, once, in the core.
 
-    Full JSON-schema validation would need a dependency; the tools validate meaning
-    (paths, ids, scope) themselves, which is where the security lives anyway.
+    Every adapter (the runtime for agents, the MCP server, the CLI's tool calls) goes
+    through here, so a bad input gets the same one-line error everywhere: types,
+    required keys, unknown keys, enums, minimums, empty strings where an id belongs.
+    ``null`` values count as absent.
     """
-    schema = tool.input_schema
-    props: Mapping[str, Any] = schema.get("properties", {})
-    missing = [k for k in schema.get("required", []) if arguments.get(k) is None]
-    if missing:
-        raise ToolError(f"{tool.name}: missing required argument(s): {', '.join(missing)}")
-    if schema.get("additionalProperties") is False:
-        unknown = sorted(set(arguments) - set(props))
-        if unknown:
-            raise ToolError(f"{tool.name}: unknown argument(s): {', '.join(unknown)}")
-    for key, value in arguments.items():
-        prop = props.get(key)
-        if not prop or value is None:
-            continue
-        expected = prop.get("type")
-        if isinstance(expected, str) and expected in _TYPES:
-            # bool is an int subclass in Python but not a number in JSON schema.
-            ok = isinstance(value, _TYPES[expected]) and (
-                expected == "boolean" or not isinstance(value, bool)
-            )
-            if not ok:
-                raise ToolError(f"{tool.name}: argument {key!r} must be of type {expected}")
-        enum = prop.get("enum")
-        if enum is not None and value not in enum:
-            choices = ", ".join(map(str, enum))
-            raise ToolError(f"{tool.name}: argument {key!r} must be one of {choices}")
-    return {k: v for k, v in arguments.items() if v is not None}
+    given = {k: v for k, v in arguments.items() if v is not None}
+    errors = sorted(_validator(tool).iter_errors(given), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        where = "/".join(str(p) for p in error.absolute_path)
+        subject = f"argument {where!r} " if where else ""
+        raise ToolError(f"{tool.name}: {subject}{_message(error)}")
+    return given
+
+
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _validator(tool: Tool) -> Any:
+    import json
+
+    import jsonschema
+
+    key = json.dumps(tool.input_schema, sort_keys=True, default=str)
+    found = _VALIDATORS.get(key)
+    if found is None:
+        found = _VALIDATORS[key] = jsonschema.Draft202012Validator(tool.input_schema)
+    return found
+
+
+def _message(error: Any) -> str:
+    kind, value = error.validator, error.validator_value
+    if kind == "required":
+        missing = [k for k in value if k not in error.instance]
+        return f"missing required argument(s): {', '.join(missing)}"
+    if kind == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        return f"unknown argument(s): {', '.join(unknown)}"
+    if kind == "type":
+        return f"must be of type {value if isinstance(value, str) else ' or '.join(value)}"
+    if kind == "enum":
+        return f"must be one of {', '.join(map(str, value))}"
+    if kind == "minLength" and value == 1:
+        return "must not be empty"
+    if kind == "minimum":
+        return f"must be at least {value}"
+    if kind == "maximum":
+        return f"must be at most {value}"
+    return str(error.message)

@@ -71,6 +71,7 @@ def _schema(props: dict[str, JsonDict]) -> JsonDict:
 
 _ID = {
     "type": "string",
+    "minLength": 1,
     "description": "Id of one of your sub-conversations whose profile works on a branch.",
 }
 

@@ -43,6 +43,11 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
     overrides = [str(o) for o in args.get("overrides") or []]
     if target == "new":
         name = str(args.get("config") or "")
+        if not name:
+            raise ToolError(
+                "jp_query: config is required to start a new sub-agent (one of:"
+                f" {', '.join(allowed_agents(config)) or 'none'}); to continue one, pass its id"
+            )
         if name not in allowed_agents(config):
             raise ToolError(
                 f"profile {name!r} is not one this agent may start"
@@ -158,6 +163,7 @@ def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]
             },
             "id": {
                 "type": "string",
+                "minLength": 1,
                 "description": '"new" (default) to start a sub-agent, or the conversation_id'
                 " of one of your sub-conversations to continue it or answer its questions.",
                 "default": "new",
@@ -169,7 +175,9 @@ def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]
                 " allows (usually just model=...).",
             },
         },
-        "required": ["config", "query"],
+        # config names the profile of a *new* sub-agent: continuing one needs only
+        # id and query (the seeds' form), so config is checked where it applies.
+        "required": ["query"],
         "additionalProperties": False,
     }
     return {
@@ -196,7 +204,11 @@ def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]
             {
                 "type": "object",
                 "properties": {
-                    "id": {"type": "string", "description": "A descendant's conversation_id."},
+                    "id": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "A descendant's conversation_id.",
+                    },
                     "last": {
                         "type": "integer",
                         "minimum": 1,
@@ -215,7 +227,11 @@ def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]
                 "type": "object",
                 "properties": {
                     "pattern": {"type": "string", "description": "Text to find."},
-                    "id": {"type": "string", "description": "Search only this descendant."},
+                    "id": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "Search only this descendant.",
+                    },
                     "regex": {"type": "boolean", "description": "pattern is a regular expression"},
                     "ignore_case": {"type": "boolean"},
                 },

@@ -122,7 +122,11 @@ def _schema(props: JsonDict, required: list[str]) -> JsonDict:
     }
 
 
-MSG_ID: JsonDict = {"type": "string", "description": "A message id (m-...) from mail_check."}
+MSG_ID: JsonDict = {
+    "type": "string",
+    "minLength": 1,
+    "description": "A message id (m-...) from mail_check.",
+}
 
 
 def build(config: Mapping[str, Any]) -> dict[str, Tool]:
@@ -149,7 +153,11 @@ def build(config: Mapping[str, Any]) -> dict[str, Tool]:
             " cascade=true also kills its descendants.",
             _schema(
                 {
-                    "id": {"type": "string", "description": "A descendant's conversation_id."},
+                    "id": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "A descendant's conversation_id.",
+                    },
                     "cascade": {"type": "boolean", "description": "Kill its descendants too."},
                 },
                 ["id"],
@@ -185,7 +193,7 @@ def build(config: Mapping[str, Any]) -> dict[str, Tool]:
             " next input.",
             _schema(
                 {
-                    "to": {"type": "string", "description": to_desc},
+                    "to": {"type": "string", "minLength": 1, "description": to_desc},
                     "subject": {"type": "string", "description": "One line."},
                     "body": {"type": "string", "description": "The message (markdown)."},
                     "in_reply_to": MSG_ID,

@@ -1,0 +1,51 @@
+"""Tool inputs are validated against each tool's own schema, in the core, once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jpfs.errors import ToolError
+from jpfs.tools.base import check_arguments
+from jpfs.tools.registry import catalog
+
+CONFIG: dict[str, Any] = {"name": "t", "tools": {"agents": ["helper"]}}
+TOOLS = catalog(CONFIG)
+
+BAD = [
+    ("jp_conversation_print", {"id": "a", "last": 0}, "must be at least 1"),
+    ("jp_conversation_print", {"id": "a", "last": -3}, "must be at least 1"),
+    ("jp_conversation_print", {"id": "a", "last": "2"}, "must be of type integer"),
+    ("jp_conversation_print", {"id": "a", "last": True}, "must be of type integer"),
+    ("jp_conversation_print", {"id": ""}, "'id' must not be empty"),
+    ("jp_conversation_print", {}, "missing required argument(s): id"),
+    ("jp_conversation_print", {"id": "a", "lots": 1}, "unknown argument(s): lots"),
+    ("jp_query", {"id": "", "query": "x"}, "'id' must not be empty"),
+    ("jp_query", {"config": "nobody", "query": "x"}, "must be one of helper"),
+    ("jp_query", {"config": "helper"}, "missing required argument(s): query"),
+    ("jp_query", {"config": "helper", "query": "x", "overrides": [1]}, "must be of type string"),
+    ("jp_conversation_grep", {"pattern": "x", "id": ""}, "'id' must not be empty"),
+    ("kill", {"id": ""}, "'id' must not be empty"),
+    ("mail_read", {"id": ""}, "'id' must not be empty"),
+    ("fs_read_file", {"path": ["a"]}, "must be of type string"),
+]
+
+
+@pytest.mark.parametrize(("tool", "args", "message"), BAD)
+def test_an_input_outside_the_schema_is_refused_with_what_to_fix(
+    tool: str, args: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ToolError) as caught:
+        check_arguments(TOOLS[tool], args)
+    text = str(caught.value)
+    assert text.startswith(f"{tool}: ") and message in text
+    assert "\n" not in text
+
+
+def test_nulls_count_as_absent_and_valid_input_passes() -> None:
+    assert check_arguments(TOOLS["jp_conversation_print"], {"id": "a", "last": None}) == {"id": "a"}
+    assert check_arguments(TOOLS["jp_query"], {"id": "a/b", "query": "go on"}) == {
+        "id": "a/b",
+        "query": "go on",
+    }
