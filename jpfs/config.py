@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jpfs.errors import ConfigError
+from jpfs.errors import ConfigError, FormatError, JpfsError
+from jpfs.textfile import decode
 
 
 @dataclass(frozen=True)
@@ -95,14 +96,27 @@ def parse_value(raw: str) -> Any:
         return raw
 
 
-def load_file(path: Path) -> dict[str, Any]:
+def read_toml(path: Path, error: type[JpfsError]) -> dict[str, Any] | None:
+    """A TOML file as data (None if missing); ``error`` names the file and the problem,
+    malformed TOML and text that is not UTF-8 alike."""
     try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
+        data = path.read_bytes()
     except FileNotFoundError:
-        return {}
+        return None
+    except OSError as exc:
+        raise error(f"{path}: cannot read it: {exc.strerror}") from exc
+    try:
+        return tomllib.loads(decode(data, path))
+    except FormatError as exc:
+        raise error(str(exc)) from exc
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: malformed TOML: {exc}") from exc
+        raise error(f"{path}: malformed TOML: {exc}") from exc
+
+
+def load_file(path: Path) -> dict[str, Any]:
+    data = read_toml(path, ConfigError)
+    if data is None:
+        return {}
     return {k: check(k, v, str(path)) for k, v in flatten(data).items()}
 
 

@@ -10,13 +10,12 @@ re-applied: a conversation keeps the configuration it was created with.
 from __future__ import annotations
 
 import copy
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jpfs.config import parse_value
+from jpfs.config import parse_value, read_toml
 from jpfs.errors import ProfileError, ScopeError
 
 PROVIDERS = ("anthropic", "command", "script")
@@ -116,13 +115,9 @@ def profile_path(agents_dir: Path, name: str) -> Path:
 
 def load(agents_dir: Path, name: str) -> Profile:
     path = profile_path(agents_dir, name)
-    try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ProfileError(f"no agent profile {name!r} (expected {path})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{path}: malformed TOML: {exc}") from exc
+    data = read_toml(path, ProfileError)
+    if data is None:
+        raise ProfileError(f"no agent profile {name!r} (expected {path})")
     config = normalize(data, str(path))
     config["name"] = name
     return Profile(name, config, str(path))

@@ -37,7 +37,8 @@ class State(StrEnum):
 
 AGENT_ACTS = frozenset({State.ONBOARDING, State.RUNNING, State.FINISHING})
 
-ROUND_RE = re.compile(r"^##\s+Round\s+(\d+)\s*$", re.MULTILINE)
+# ASCII digits, at most six: int() of a 5,000-digit number raises (Python's limit).
+ROUND_RE = re.compile(r"^##\s+Round\s+([0-9]{1,6})\s*$", re.MULTILINE)
 READY_RE = re.compile(r"^Status:\s*ready\b", re.MULTILINE | re.IGNORECASE)
 COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 
