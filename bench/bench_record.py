@@ -4,17 +4,19 @@ Usage: python bench/bench_record.py [--quick] [--commits N] [--threads T] [--wri
                                     [--conversations N]
 
 Every jpfs commit here is what the runtime does after a model reply: append an event
-file through :meth:`Conversation.append_event`, then ``record.commit(ws, id,
-"assistant", ...)``, which snapshots the conversation's directory and commits it on
-``jpfs-record`` (the record worktree's index kept in step). The workspace is made by
+file through :meth:`Conversation.append_event`, then :meth:`Runner.commit`, which
+commits the conversation's own files on ``jpfs-record`` (the run's first commit the
+whole ``events/``, later ones the events written since) with the record worktree's
+index kept in step. The workspace is made by
 ``jpfs init`` and filled with N idle conversations of 10 events (default 1,000).
 
 * **events**: one commit into a conversation of 10 events against one of 1,000 events
   (measured in alternation): the cost must not grow with the conversation;
 * **single writer**: those commits one after another, against a raw git plumbing loop
   doing the least a commit needs, one process per step: ``hash-object -w``,
-  ``update-index --add`` (the record's index), ``write-tree``, ``commit-tree``,
-  ``update-ref NEW OLD``;
+  ``update-index --add`` (a private copy of the record's index), ``write-tree``,
+  ``commit-tree``, ``update-ref NEW OLD`` (on a branch of its own, forked from the
+  record, so the baseline never reverts jpfs's commits);
 * **writers**: T threads (default 50), each appending to its own conversation K times
   (group commit): committed writes per second and p50/p99 latency of a write+commit.
 
@@ -49,6 +51,7 @@ from bench.common import (
 )
 from jpfs import record
 from jpfs.conversation import Conversation, create
+from jpfs.runtime import Runner
 from jpfs.workspace import Workspace, open_workspace
 
 _BODY = "The parser rejects empty input; see src/parse.py line 40. " * 4
@@ -62,11 +65,10 @@ def _conversation(ws: Workspace, conv_id: str, events: int) -> Conversation:
     return conv
 
 
-def _turn(ws: Workspace, conv: Conversation) -> None:
-    """What the runtime does after a model reply."""
+def _turn(runner: Runner, conv: Conversation) -> None:
+    """What the runtime does after a model reply (:meth:`Runner.work_step`)."""
     conv.append_event("assistant", _BODY, {"model": "claude-bench"})
-    agent = "bench"
-    record.commit(ws, conv.id, "assistant", agent=agent, author=record.agent_identity(agent))
+    runner.commit(conv, "assistant", model="claude-bench")
 
 
 def _raw_loop(conv_root: Path, counter: list[int], index: Path) -> None:
@@ -91,22 +93,25 @@ def _raw_loop(conv_root: Path, counter: list[int], index: Path) -> None:
     blob = run("hash-object", "-w", rel)
     run("update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}")
     tree = run("write-tree")
-    old = run("rev-parse", "HEAD")
+    # A branch of its own, forked from the record: the baseline never disturbs it.
+    old = run("rev-parse", "refs/heads/bench-raw")
     commit = run("commit-tree", tree, "-p", old, "-m", f"raw {n}")
-    run("update-ref", "refs/heads/jpfs-record", commit, old)
+    run("update-ref", "refs/heads/bench-raw", commit, old)
 
 
 def bench_events(ws: Workspace, commits: int) -> dict[str, Stats]:
     short = _conversation(ws, "ev-short", 10)
     long = _conversation(ws, "ev-long", 1000)
+    runner = Runner(ws)
     counter = [0]
     gitdir = Path(git(ws.conv_root, "rev-parse", "--path-format=absolute", "--git-dir"))
     private = gitdir / "bench-raw-index"
     shutil.copy(gitdir / "index", private)
+    git(ws.conv_root, "branch", "-f", "bench-raw", "HEAD")
     return measure_interleaved(
         {
-            "10 events": lambda: _turn(ws, short),
-            "1000 events": lambda: _turn(ws, long),
+            "10 events": lambda: _turn(runner, short),
+            "1000 events": lambda: _turn(runner, long),
             "raw plumbing": lambda: _raw_loop(ws.conv_root, counter, private),
         },
         repeat=commits,
@@ -121,13 +126,15 @@ def bench_writers(ws: Workspace, threads: int, writes: int) -> dict[str, float]:
     start = threading.Barrier(threads + 1)
     errors: list[BaseException] = []
 
+    runner = Runner(ws)
+
     def writer(conv: Conversation) -> None:
         start.wait()
         mine = []
         try:
             for _ in range(writes):
                 t0 = time.perf_counter()
-                _turn(ws, conv)
+                _turn(runner, conv)
                 mine.append(time.perf_counter() - t0)
         except BaseException as exc:  # reported below: a bench must not hide a failure
             errors.append(exc)
@@ -202,7 +209,7 @@ def bench_size(size: int, commits: int, threads: int, writes: int) -> dict[str, 
         events = bench_events(ws, commits)
         writers = bench_writers(ws, threads, writes)
         codec = bench_index_codec(ws, max(10, commits // 2))
-        # raw/ is the baseline's, committed behind the record index's back.
+        # raw/ holds the baseline's files (committed on its own branch).
         clean = git(ws.conv_root, "status", "--porcelain", "--", ".", ":!raw") == ""
         entries = len(git(ws.conv_root, "ls-files").splitlines())
         ws.committer.close(wait=True)

@@ -37,7 +37,7 @@ _CONFIG_HEADER = re.compile(r"^\[config\][ \t]*(?:#.*)?$", re.MULTILINE)
 _ONBOARDING_SECTION = re.compile(
     r"^\[config\.onboarding\][ \t]*(?:#.*)?\n(.*?)(?=^\[|\Z)", re.MULTILINE | re.DOTALL
 )
-EVENT_RE = re.compile(r"^(\d{4,})-([a-z]+)\.md$")
+EVENT_RE = re.compile(r"^([0-9]{4,})-([a-z]+)\.md\Z")
 ROLES = ("user", "assistant", "tool", "error")
 
 HEADER = (

@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,13 +87,20 @@ def status_of(toml: Path) -> str:
         return ""
 
 
-def own_paths(ws: Workspace, conv: Conversation) -> list[str]:
+def own_paths(ws: Workspace, conv: Conversation, events: Sequence[str] | None = None) -> list[str]:
     """What a run of ``conv`` commits: its own files, never a descendant's or its inbox.
 
     A child may be mid-write while its parent commits (forks run concurrently), and
-    its steps belong in its own commits; mail commits itself.
+    its steps belong in its own commits; mail commits itself. ``events``: only these
+    event files instead of the whole ``events/`` directory (event files are created
+    once and never rewritten, so a run that committed the directory once need name
+    only the new ones: a commit then costs what changed, not the conversation's length).
     """
-    names = (CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, EVENTS, FILES)
+    names = [CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, FILES]
+    if events is None:
+        names.append(EVENTS)
+    else:
+        names += [f"{EVENTS}/{name}" for name in events]
     # Missing ones too: a file the caller deleted is committed as deleted.
     return [ws.rel(conv.path / name) for name in names]
 

@@ -74,6 +74,8 @@ class Runner:
         default=reports.report_status
     )
     _append_lock: threading.Lock = field(default_factory=threading.Lock)
+    # conversation id -> newest event committed by its current run (see commit()).
+    _committed_events: dict[str, int] = field(default_factory=dict)
 
     # -- plumbing -------------------------------------------------------------------
     def note(self, text: str) -> None:
@@ -93,8 +95,15 @@ class Runner:
 
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
         agent = str(conv.meta().get("agent") or "agent")
-        kwargs.setdefault("paths", runs.own_paths(self.ws, conv))  # not running children's
+        names = conv.event_names()
+        if "paths" not in kwargs:
+            # The run's first commit takes the whole events/ (whatever happened before
+            # it); later ones only the events written since: O(changed), not O(events).
+            since = self._committed_events.get(conv.id)
+            new = None if since is None else [name for seq, _, name in names if seq > since]
+            kwargs["paths"] = runs.own_paths(self.ws, conv, new)  # not running children's
         record.commit(self.ws, conv.id, event, agent=agent, author=agent_identity(agent), **kwargs)
+        self._committed_events[conv.id] = names[-1][0] if names else 0
 
     def commit_caller_edits(self, conv: Conversation) -> None:
         """Commit what the caller wrote by hand (task.md, answers.md...) as the user, so
@@ -106,7 +115,9 @@ class Runner:
         elif not conv.event_names() and conv.read(TASK) is not None:
             event = "task"
         paths = runs.own_paths(self.ws, conv)
+        names = conv.event_names()
         record.commit(self.ws, conv.id, event, agent=conv.meta().get("agent"), paths=paths)
+        self._committed_events[conv.id] = names[-1][0] if names else 0
 
     # -- the loop ---------------------------------------------------------------------
     def run(self, conv_id: str) -> State:
@@ -121,6 +132,7 @@ class Runner:
 
     def drive(self, conv: Conversation) -> State:
         turns = 0
+        self._committed_events.pop(conv.id, None)  # a new run looks at all of events/
         self.commit_caller_edits(conv)
         try:
             self.admit(conv)

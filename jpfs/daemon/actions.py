@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jpfs import frontmatter, lifecycle, record, tree
-from jpfs.conversation import INBOX, Conversation, now
+from jpfs.conversation import ANSWERS, INBOX, QUESTIONS, Conversation, now
 from jpfs.errors import FormatError, ProfileError
 from jpfs.providers.base import Cancelled, Reply, Request
 from jpfs.runtime import Runner
 from jpfs.scope import TASK
-from jpfs.state import AGENT_ACTS, State, derive
+from jpfs.state import AGENT_ACTS, ROUND_RE, State, derive, has_content, split_rounds
 from jpfs.workspace import Workspace
 
 log = logging.getLogger("jpfs.daemon")
@@ -57,6 +57,10 @@ def needs(ws: Workspace, conv: Conversation) -> Verdict:
         state = derive(tree.snapshot(conv, meta))
         if state in AGENT_ACTS:
             return Verdict(Need.RUN, state)
+        if state is State.WAITING:
+            misplaced = _misplaced_answers(conv)
+            if misplaced:
+                return Verdict(Need.NOTHING, state, misplaced)
         if _has_mail(conv):
             from jpfs import control, mail
 
@@ -65,6 +69,21 @@ def needs(ws: Workspace, conv: Conversation) -> Verdict:
     except FormatError as exc:
         return Verdict(Need.BROKEN, reason=str(exc))
     return Verdict(Need.NOTHING, state)
+
+
+def _misplaced_answers(conv: Conversation) -> str:
+    """Why answers written in ``answers.md`` do not count yet ("" when none are)."""
+    answers = conv.read(ANSWERS) or ""
+    rounds = split_rounds(conv.read(QUESTIONS) or "")
+    if not rounds or not has_content(ROUND_RE.sub("", answers)):
+        return ""
+    wanted = max(rounds)
+    if wanted in split_rounds(answers):
+        return ""
+    return (
+        f"answers.md has text but no '## Round {wanted}' heading, so the agent is still"
+        f" waiting: put your answers under a line '## Round {wanted}'"
+    )
 
 
 def _has_mail(conv: Conversation) -> bool:

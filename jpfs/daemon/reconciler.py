@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from jpfs import locks, tree
+from jpfs import ids, locks, tree
 from jpfs.committer import Change
 from jpfs.conversation import ANSWERS, Conversation
 from jpfs.daemon import actions, edits
@@ -298,6 +298,8 @@ class Reconciler:
 
         def one(group: tuple[str, list[str]]) -> None:
             conv_id, rels = group
+            if not conv_id:
+                self.report_misnamed(rels)
             try:
                 if edits.commit_edits(self.ws, conv_id, rels):
                     log.info("%s: committed the user's edit of %s", conv_id or "(root)",
@@ -315,6 +317,20 @@ class Reconciler:
                 list(fan.map(one, groups))
         return done
 
+    def report_misnamed(self, rels: list[str]) -> None:
+        """Files under a directory whose name is no conversation id are still committed
+        (nothing is lost), but never silently: the user is told what to rename."""
+        for top in sorted({rel.split("/", 1)[0] for rel in rels if "/" in rel}):
+            try:
+                ids.validate(top)
+            except IdError as exc:
+                message = (
+                    f"{top}/ is not a conversation: {exc}; its files are kept as plain"
+                    " files of the record. Rename the directory to make it a conversation"
+                )
+                log.warning("%s", message)
+                self.on_error(message)
+
     def conclude(self, item: Serving, committed: set[str]) -> None:
         """Still under the lock: what the committed files call for; record a broken one."""
         if item.conv is None:
@@ -327,6 +343,9 @@ class Reconciler:
             log.warning("%s: %s", item.conv_id, item.verdict.reason)
             self.on_error(f"{item.conv_id}: {item.verdict.reason}")
             actions.record_failure(self.ws, item.conv, item.verdict.reason)
+        elif item.verdict.reason and item.verdict.need is Need.NOTHING:
+            log.warning("%s: %s", item.conv_id, item.verdict.reason)
+            self.on_error(f"{item.conv_id}: {item.verdict.reason}")
         self.seen.put(item.conv_id, signature(item.conv), item.verdict.need)
 
     def forget(self, conv_id: str) -> None:
