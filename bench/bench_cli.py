@@ -152,28 +152,28 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
     from jpfs.workspace import open_workspace
 
     workspace = open_workspace(ws, search=False)
-    rel = workspace.conv_root_rel
+    record = workspace.conv_root  # the record worktree: git runs there, on its branch
     out: dict[str, Any] = {}
     rows = []
     for label, pattern, want in (
         ("few hundred matches", NEEDLE, expected),
         ("no match", ABSENT, 0),
     ):
-        found = len(search.grep(ws, rel, pattern))
+        found = len(search.grep(record, pattern))
         if found != want:
             raise RuntimeError(f"jpfs grep {pattern!r} found {found} matches, expected {want}")
         # What search.grep runs (binary files skipped, NUL-separated), and the same with
         # --untracked, which search.grep used to pass: it makes git walk the whole tree.
         same = ["git", "grep", "-I", "-n", "-z", "-F", "-e", pattern, "--"]
-        same += [f"{rel}/", ":(exclude,glob)**/conversation.toml"]
+        same += [".", ":(exclude,glob)**/conversation.toml"]
         untracked = [*same[:2], "--untracked", *same[2:]]
         got = measure_interleaved(
             {
-                "git": command(["git", "grep", "-n", pattern, "--", f"{rel}/"], ws, ok=(0, 1)),
-                "same": command(same, ws, ok=(0, 1)),
-                "untracked": command(untracked, ws, ok=(0, 1)),
+                "git": command(["git", "grep", "-n", pattern, "--", "."], record, ok=(0, 1)),
+                "same": command(same, record, ok=(0, 1)),
+                "untracked": command(untracked, record, ok=(0, 1)),
                 "jpfs": command(jpfs_argv("conversation", "grep", pattern), ws, ok=(0, 1)),
-                "inproc": lambda p=pattern: search.grep(ws, rel, p),  # type: ignore[misc]
+                "inproc": lambda p=pattern: search.grep(record, p),  # type: ignore[misc]
             },
             repeat=repeat,
         )
@@ -185,7 +185,7 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
 
         rows += [
             [f"{label} ({want})", "", "", ""],
-            row("git grep -n P -- conversations/  (baseline)", git_plain),
+            row("git -C conversations grep -n P  (baseline)", git_plain),
             row("git grep -I -z -F ... (what jpfs runs)", git_same),
             row("  the same with --untracked", got["untracked"]),
             row(

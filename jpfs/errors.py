@@ -10,6 +10,7 @@ tomlkit, anthropic, OS) are translated once, where they happen, with
     ├── WorkspaceError        no workspace, not a git repo, bad layout
     ├── ConfigError           bad config.toml / --cfg / env value, unknown key
     │   └── ProfileError      bad or missing agent profile
+    │       └── UntrustedProfile  a profile that runs programs, not trusted here yet
     ├── FormatError           malformed TOML front matter or conversation.toml
     ├── IdError               malformed conversation id (slug rules, reserved names)
     ├── ScopeError            id or path outside the caller's subtree / workspace
@@ -47,6 +48,10 @@ class ConfigError(JpfsError):
 
 class ProfileError(ConfigError):
     pass
+
+
+class UntrustedProfile(ProfileError):
+    """A profile that runs local programs is not trusted on this machine (jpfs.trust)."""
 
 
 class FormatError(JpfsError):

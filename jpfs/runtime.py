@@ -22,7 +22,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from jpfs import frontmatter, locks, messages, onboarding, profiles, record, reports, runs, tree
+from jpfs import (
+    frontmatter,
+    locks,
+    messages,
+    onboarding,
+    profiles,
+    record,
+    reports,
+    runs,
+    tree,
+    trust,
+)
 from jpfs.conversation import ANSWERS, RESULT, TASK, Conversation, now
 from jpfs.errors import FormatError, JpfsError, LimitError, ProfileError, ProviderError
 from jpfs.providers.base import Cancelled, Provider, Reply, Request
@@ -207,12 +218,15 @@ class Runner:
 
     def admit(self, conv: Conversation) -> None:
         """Refuse a conversation whose ``[config]`` grants more than its profile does
-        (:func:`jpfs.profiles.admit`): the record never grants capabilities."""
+        (:func:`jpfs.profiles.admit`: the record never grants capabilities), or whose
+        profile runs local programs without the user's trust (:mod:`jpfs.trust`)."""
         snapshot = conv.config
         if not snapshot:
             return
         agent = str(conv.meta().get("agent") or snapshot.get("name") or "")
-        profiles.admit(snapshot, profiles.load(self.ws.agents_dir, agent))
+        profile = profiles.load(self.ws.agents_dir, agent)
+        profiles.admit(snapshot, profile)
+        trust.require(self.ws.agents_dir, self.ws.local_dir, profile)
 
     # -- tools ------------------------------------------------------------------------
     def tools_for(self, conv: Conversation) -> dict[str, Tool]:

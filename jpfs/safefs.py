@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jpfs.errors import JpfsError, NotFoundError, ScopeError, ToolError
+from jpfs.textfile import read_upto
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK so that opening a FIFO planted in the tree cannot hang the caller.
@@ -177,18 +178,6 @@ def _require_regular(fd: int, shown: str) -> os.stat_result:
     return st
 
 
-def _read_upto(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    got = 0
-    while got < limit:
-        chunk = os.read(fd, min(limit - got, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
 def _decode(data: bytes, truncated: bool, shown: str) -> str:
     if b"\0" in data:
         raise ToolError(f"path {shown} is a binary file; only UTF-8 text files can be read")
@@ -206,7 +195,7 @@ def read_text(root: Path, relpath: str, max_bytes: int = 256_000) -> tuple[str, 
     fd = open_beneath(root, relpath, _READ_FLAGS)
     try:
         _require_regular(fd, _show(relpath))
-        data = _read_upto(fd, max_bytes + 1)
+        data = read_upto(fd, max_bytes + 1)
     finally:
         os.close(fd)
     truncated = len(data) > max_bytes
@@ -284,7 +273,7 @@ def modify_text(root: Path, relpath: str, old: str, new: str, count: int | None 
         fd = _step(dfd, parts[-1], _READ_FLAGS, 0, parts, shown)
         try:
             _require_regular(fd, shown)
-            data = _read_upto(fd, _MODIFY_CAP + 1)
+            data = read_upto(fd, _MODIFY_CAP + 1)
         finally:
             os.close(fd)
         if len(data) > _MODIFY_CAP:

@@ -28,11 +28,11 @@ from jpfs.safefs import (
     _is_dotgit,
     _is_local_state,
     _open_dir,
-    _read_upto,
     _show,
     open_beneath,
     split_relpath,
 )
+from jpfs.textfile import read_upto
 
 EntryKind = Literal["file", "dir", "symlink", "other"]
 
@@ -157,7 +157,7 @@ def _grep_fd(fd: int, rel: str, matches: Matcher) -> list[GrepMatch] | None:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_size > _GREP_FILE_CAP:
         return None
-    data = _read_upto(fd, _GREP_FILE_CAP)
+    data = read_upto(fd, _GREP_FILE_CAP)
     if b"\0" in data:
         return None
     lines = data.decode("utf-8", errors="replace").split("\n")

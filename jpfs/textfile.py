@@ -55,7 +55,7 @@ def read_bytes(path: Path, root: Path | None = None, *, limit: int = MAX_BYTES) 
                 f"{path} is {st.st_size} bytes, over the {limit} bytes jpfs reads from a"
                 " conversation file; shorten it or move the content into files/"
             )
-        data = _read_all(fd, limit + 1)
+        data = read_upto(fd, limit + 1)
     finally:
         os.close(fd)
     if len(data) > limit:  # grew while we read
@@ -94,7 +94,8 @@ def _require_within(fd: int, path: Path, root: Path) -> None:
         )
 
 
-def _read_all(fd: int, limit: int) -> bytes:
+def read_upto(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from ``fd`` (fewer at the end of the file)."""
     chunks: list[bytes] = []
     got = 0
     while got < limit:

@@ -167,7 +167,11 @@ def test_fork_three_gather_continue_one_kill_another(ws: Path, api_env) -> None:
 
 
 def slow_workspace(ws: Path, **cfg: Any) -> Workspace:
+    from jpfs.cli.main import main
+
     write_profile(ws, "slow", SLOW)
+    # It runs a local program (a command tool): trusted by the user, as `jpfs trust` does.
+    assert main(["-w", str(ws), "trust", "slow"]) == 0
     w = open_workspace(ws, [f"{k}={v}" for k, v in cfg.items()])
     new_conversation(w, "p", agent="slow")
     return w

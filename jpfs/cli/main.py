@@ -22,6 +22,7 @@ from jpfs.cli.commands import migrate as migrate_cmd
 from jpfs.cli.commands import onboard as onboard_cmd
 from jpfs.cli.commands import query as query_cmd
 from jpfs.cli.commands import tree as tree_cmd
+from jpfs.cli.commands import trust as trust_cmd
 from jpfs.cli.context import state
 
 startup.install()  # before any command runs: keeps pydantic out of start-up
@@ -69,6 +70,7 @@ daemon_cmd.register(app)
 tree_cmd.register(app)
 mail_cmd.register(app)
 lifecycle_cmd.register(app)
+trust_cmd.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

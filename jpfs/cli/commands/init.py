@@ -28,6 +28,14 @@ def init(
         )
     else:
         note(f"{ws.root} is already set up (record: {ws.record_branch})")
+    from jpfs import trust
+
+    waiting = [r.name for r in trust.standing(ws.agents_dir, ws.local_dir) if not r.trusted]
+    if waiting:
+        note(
+            f"profiles that run local programs wait for your trust: {', '.join(waiting)};"
+            " review them in .jpfs/agents/, then run `jpfs trust`"
+        )
     out(str(ws.root))
 
 
