@@ -75,6 +75,10 @@ def submit(ws: Workspace, conv: Conversation, text: str, *, author: Identity | N
     elif state in (State.IDLE, State.FAILED):
         if state is State.FAILED:
             conv.update(status="active")
+        if not any(role == "user" for _, role, _ in conv.event_names()):
+            # It failed before its first event (a refused profile, say): the retry
+            # carries the task and the Q&A, or the agent would never see them.
+            text = onboarding.work_brief(conv).rstrip() + "\n\n" + text
         conv.append_event("user", text)
         record.commit(ws, conv.id, "input", agent=conv.meta().get("agent"), author=author)
     elif state is State.KILLED:

@@ -3,11 +3,12 @@ says can only narrow what its profile allows (a cloned record must not run code)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import git
+from tests.conftest import Result, git
 from tests.hostile.conftest import assert_healthy, start_conversation, wait_error, wait_result
 from tests.messages_server import MessagesServer
 
@@ -71,3 +72,26 @@ def test_a_record_that_narrows_its_profile_runs(daemon: Path, api_env: MessagesS
         "[config.limits]\nmax_turns = 2\n",
     )
     assert "echo: Do it." in wait_result(daemon, "narrow")
+
+
+def test_a_retry_after_a_refusal_keeps_the_task(
+    hostile_ws: Path, api_env: MessagesServer, cli: Callable[..., Result]
+) -> None:
+    from jpfs.conversation import Conversation
+    from jpfs.lifecycle import agent_config
+    from jpfs.runtime import Runner
+    from jpfs.state import State
+    from jpfs.workspace import open_workspace
+
+    conv = plant(hostile_ws, "retry", WIDER["more-tools"])
+    w = open_workspace(hostile_ws)
+    assert Runner(w).run("retry") is State.FAILED  # refused before its first event
+    assert api_env.requests == []
+    # The user narrows the record (or the profile) and asks again.
+    text = (conv / "conversation.toml").read_text(encoding="utf-8")
+    (conv / "conversation.toml").write_text(text.split("[config]")[0], encoding="utf-8")
+    Conversation(w.conv_root, "retry").update(config=agent_config(w, "careful"))
+    again = cli("query", "--id", "retry", "--non-interactive", "Try again.")
+    assert again.code == 0, again.stderr
+    sent = api_env.requests[-1].raw.decode()
+    assert "Do it." in sent and "Try again." in sent
