@@ -52,10 +52,20 @@ def now() -> dt.datetime:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` all at once (temporary file, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.jpfs-tmp")
-    tmp.write_text(text, encoding="utf-8")
+    write_temporary(tmp, text)
     os.replace(tmp, path)
+
+
+def write_temporary(tmp: Path, text: str) -> None:
+    """Write ``tmp`` whole, or leave nothing behind (a full disk fails mid-write)."""
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass(frozen=True)
@@ -238,7 +248,7 @@ class Conversation:
         text = frontmatter.render(full, body)
         path = self.events_dir / f"{seq:04d}-{role}.md"
         tmp = self.events_dir / f".{seq:04d}-{role}.{os.getpid()}.jpfs-tmp"
-        tmp.write_text(text, encoding="utf-8")
+        write_temporary(tmp, text)
         try:
             os.link(tmp, path)  # atomic create-if-absent with full content
         except FileExistsError as exc:
