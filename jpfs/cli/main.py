@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from jpfs.cli import error_handler, startup
+from jpfs.cli.argv import hoist_global_options
 from jpfs.cli.commands import branches as branches_cmd
 from jpfs.cli.commands import config as config_cmd
 from jpfs.cli.commands import conversation as conversation_cmd
@@ -37,6 +38,17 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"jpfs {version('jpfs')}")
+        except PackageNotFoundError:
+            typer.echo("jpfs (not installed as a package)")
+        raise typer.Exit()
+
+
 @app.callback()
 def root(
     workspace: Annotated[
@@ -51,6 +63,12 @@ def root(
             help="KEY=VALUE, FILE.toml or NONE; repeatable, applied in order.",
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     state.workspace = workspace
     state.cfg = list(cfg or [])
@@ -74,7 +92,7 @@ trust_cmd.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = hoist_global_options(sys.argv[1:] if argv is None else argv)
     # startup.only: typer builds every command it is given; give it the invoked one.
     code = error_handler.run(
         lambda: startup.only(app, args)(args=args, prog_name="jpfs", standalone_mode=False)
