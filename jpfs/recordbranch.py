@@ -34,6 +34,7 @@ from pathlib import Path
 
 from jpfs import gitcli
 from jpfs.errors import GitError, WorkspaceError
+from jpfs.gitdirs import common_dir, git_dir
 
 DEFAULT_BRANCH = "jpfs-record"
 _BRANCH_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
@@ -69,29 +70,6 @@ _FALLBACK_IDENTITY = {
     "GIT_COMMITTER_NAME": "jpfs",
     "GIT_COMMITTER_EMAIL": "jpfs@localhost",
 }
-
-
-def git_dir(root: Path) -> Path | None:
-    """The git directory of the work tree at ``root`` (``.git`` or where its file points)."""
-    dotgit = root / ".git"
-    if dotgit.is_dir():
-        return dotgit
-    try:
-        text = dotgit.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    if not text.startswith("gitdir:"):
-        return None
-    target = Path(text[7:].strip())
-    return target if target.is_absolute() else (root / target).resolve()
-
-
-def common_dir(gitdir: Path) -> Path:
-    try:
-        text = (gitdir / "commondir").read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        return gitdir
-    return (gitdir / text).resolve()
 
 
 def _head_is(gitdir: Path, branch: str) -> bool:

@@ -37,6 +37,7 @@ from jpfs.committer.trees import TreeBuilder, TreeView, same, tree_files
 from jpfs.committer.userindex import UserIndex
 from jpfs.committer.worktree import Blob, Dir, Worktree, check_path
 from jpfs.errors import GitError, JpfsError
+from jpfs.gitdirs import common_dir
 
 _FALLBACK_NAME = "jpfs"
 _FALLBACK_EMAIL = "jpfs@localhost"
@@ -73,7 +74,7 @@ class Committer:
             raise GitError(f"{repo_root} is a bare repository; jpfs needs a working tree")
         self._root = Path(workdir)
         self._gitdir = Path(self._repo.path)
-        self._commondir = _common_dir(self._gitdir)
+        self._commondir = common_dir(self._gitdir)
         self._owned = tuple(_normalize_owned(p) for p in owned)
         self._index_lock_timeout = index_lock_timeout
         self._maintenance_every = maintenance_every
@@ -405,14 +406,6 @@ def _normalize_owned(prefix: str) -> str:
     if not path or any(part in ("", ".", "..") for part in path.split("/")):
         raise ValueError(f"invalid owned prefix {prefix!r}")
     return path
-
-
-def _common_dir(gitdir: Path) -> Path:
-    try:
-        text = (gitdir / "commondir").read_text().strip()
-    except FileNotFoundError:
-        return gitdir
-    return (gitdir / text).resolve()
 
 
 def _local_offset_minutes() -> int:
