@@ -15,13 +15,16 @@ what the agent received.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jpfs import tree
 from jpfs.conversation import ANSWERS, QUESTIONS, TASK, Conversation
-from jpfs.providers.base import Request, ToolSpec
+from jpfs.errors import ProviderError, ToolError
+from jpfs.providers.base import Reply, Request, ToolSpec
 from jpfs.state import READY_RE, onboarding_of, split_rounds
+from jpfs.tools.base import Tool, check_arguments
 
 if TYPE_CHECKING:
     from jpfs.runtime import Runner
@@ -32,6 +35,7 @@ QUESTIONS_HEADER = (
     "answers.md (or run `jpfs answer {id}`).\n"
 )
 ANSWERS_HEADER = "# Answers\n"
+_STEP_ATTEMPTS = 3
 
 INSTRUCTIONS = """\
 Before you start, make sure you understand the task well enough to do it right.
@@ -170,7 +174,7 @@ def step(runner: Runner, conv: Conversation) -> None:
         metadata={"conversation": conv.id, "round": round_no},
     )
     runner.note(f"[{conv.id}] onboarding round {round_no}")
-    reply = runner.complete(conv, request)
+    reply = _valid_reply(runner, conv, request)
     model = reply.model or request.model
     ask = next((c for c in reply.tool_calls if c.name == "ask_caller"), None)
     questions = [str(q).strip() for q in (ask.input.get("questions") or [])] if ask else []
@@ -192,6 +196,56 @@ def step(runner: Runner, conv: Conversation) -> None:
         body += f"\nNote: {note}\n"
     append_round(conv, body)
     runner.commit(conv, "ready", model=model, usage=reply.usage)
+
+
+def _valid_reply(runner: Runner, conv: Conversation, request: Request) -> Reply:
+    """The model's onboarding step, each tool call valid against its schema.
+
+    An invalid call (``{"question": ...}`` for ``ask_caller``, say) is never taken as
+    "ready": it goes back to the agent as a tool error, and it tries again (twice);
+    a third invalid step fails the run with the reason.
+    """
+    messages = list(request.messages)
+    for _attempt in range(_STEP_ATTEMPTS):
+        reply = runner.complete(conv, dataclasses.replace(request, messages=list(messages)))
+        problems = {c.id: _invalid(c.name, c.input) for c in reply.tool_calls}
+        if not any(problems.values()):
+            return reply
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}
+            for c in reply.tool_calls
+        ]
+        results = [
+            {
+                "type": "tool_result",
+                "tool_use_id": c.id,
+                "is_error": bool(problems[c.id]),
+                "content": problems[c.id] or "not acted on: another call in this reply was invalid",
+            }
+            for c in reply.tool_calls
+        ]
+        messages += [{"role": "assistant", "content": blocks}, {"role": "user", "content": results}]
+    bad = "; ".join(p for p in problems.values() if p)
+    raise ProviderError(
+        f"the agent's onboarding step stayed invalid after {_STEP_ATTEMPTS} tries: {bad}"
+    )
+
+
+def _invalid(name: str, arguments: Any) -> str:
+    """Why a call of an onboarding tool does not fit its schema ("" when it does)."""
+    spec = {ASK.name: ASK, START.name: START}.get(name)
+    if spec is None:
+        return f"{name}: no such tool during onboarding; call ask_caller or start_work"
+    try:
+        check_arguments(Tool(spec.name, spec.description, spec.input_schema, _no_run), arguments)
+    except ToolError as exc:
+        return str(exc)
+    return ""
+
+
+def _no_run(_ctx: Any, _args: Any) -> str:  # the schema check never runs the tool
+    return ""
 
 
 def _system(runner: Runner, conv: Conversation) -> str:

@@ -230,3 +230,49 @@ def test_answer_opens_the_editor_on_a_template(ws: Path, cli, tmp_path: Path, mo
     monkeypatch.setenv("VISUAL", f"{sys.executable} -c 'raise SystemExit(3)'")
     failed = cli("answer", second.stdout.split('"')[1])
     assert failed.code == 1 and "editor" in failed.stderr
+
+
+INTERVIEWER = """
+model = "claude-interviewer"
+provider = "anthropic"
+[onboarding]
+enabled = true
+"""
+
+
+def test_an_invalid_onboarding_step_goes_back_to_the_agent_never_ready(
+    ws: Path, cli, api_env
+) -> None:  # type: ignore[no-untyped-def]
+    from tests.messages_server import tool_results, tool_use_reply
+
+    write_profile(ws, "interviewer", INTERVIEWER)
+    replies = iter(
+        [
+            # {"question": ...} is not ask_caller's schema: it must not count as ready.
+            tool_use_reply(("ask_caller", {"question": "Which file?"})),
+            tool_use_reply(("ask_caller", {"questions": ["Which file?"]})),
+        ]
+    )
+    api_env.responder = lambda req: next(replies)
+    done = cli("query", "--new", "--agent", "interviewer", "--non-interactive", "Fix the bug")
+    assert done.code == 4, done.stderr
+    assert "Which file?" in done.stdout
+    second = api_env.requests[1].body
+    (result,) = tool_results(second)
+    assert result["is_error"] is True and "questions" in str(result["content"])
+    conv_id = cli("c", "show").stdout.strip()
+    questions = (ws / "conversations" / conv_id / "questions.md").read_text(encoding="utf-8")
+    assert "1. Which file?" in questions and "ready" not in questions.lower()
+
+
+def test_an_onboarding_step_that_stays_invalid_fails_the_run_with_the_reason(
+    ws: Path, cli, api_env
+) -> None:  # type: ignore[no-untyped-def]
+    from tests.messages_server import tool_use_reply
+
+    write_profile(ws, "interviewer", INTERVIEWER)
+    api_env.responder = lambda req: tool_use_reply(("ask_caller", {"question": "?"}))
+    done = cli("query", "--new", "--agent", "interviewer", "--non-interactive", "Fix the bug")
+    assert done.code == 1
+    assert "stayed invalid" in done.stdout + done.stderr
+    assert len(api_env.requests) == 3
