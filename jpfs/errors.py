@@ -23,6 +23,7 @@ tomlkit, anthropic, OS) are translated once, where they happen, with
     │   └── MergeConflict     merge would conflict; carries the paths
     ├── ProviderError         the model provider failed after retries
     ├── ToolError             a tool call was refused or failed (returned to the model)
+    │   └── ToolFailure       it ran and failed; carries its full result (a failed sub-agent)
     ├── DaemonError           daemon start/stop/status problems
     └── PatternError          bad grep pattern (exit 2, as grep does)
 """
@@ -102,6 +103,15 @@ class ProviderError(JpfsError):
 
 class ToolError(JpfsError):
     pass
+
+
+class ToolFailure(ToolError):
+    """A tool that ran and failed, with a full result for the caller (a sub-agent's
+    ``<error conversation_id=...>`` answer): an error result, never a plain one."""
+
+    def __init__(self, result: str) -> None:
+        super().__init__(result.strip().splitlines()[0] if result.strip() else "failed")
+        self.result = result
 
 
 class DaemonError(JpfsError):

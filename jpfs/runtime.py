@@ -35,7 +35,14 @@ from jpfs import (
     trust,
 )
 from jpfs.conversation import ANSWERS, RESULT, TASK, Conversation, now
-from jpfs.errors import FormatError, JpfsError, LimitError, ProfileError, ProviderError
+from jpfs.errors import (
+    FormatError,
+    JpfsError,
+    LimitError,
+    ProfileError,
+    ProviderError,
+    ToolFailure,
+)
 from jpfs.providers.base import Cancelled, Provider, Reply, Request
 from jpfs.record import agent_identity
 from jpfs.state import State
@@ -294,6 +301,8 @@ class Runner:
             return tool.run(ctx, args), False
         except Cancelled:
             raise
+        except ToolFailure as exc:
+            return exc.result, True
         except JpfsError as exc:
             return str(exc).splitlines()[0] if str(exc) else type(exc).__name__, True
         except Exception:

@@ -284,3 +284,25 @@ def test_cancelled_request_kills_its_run(
     # The script's turn sleeps 60 s; the cancel stopped it.
     assert time.monotonic() - started < 20
     assert "MCP request cancelled" in rgit(mcp_ws, "log", "--format=%s")
+
+
+FAILING = """\
+model = "script-failing"
+provider = "script"
+description = "Always fails."
+[[script.turns]]
+error = "the model is unavailable (scripted)"
+"""
+
+
+def test_a_failed_sub_agent_is_an_mcp_error_with_its_reason(mcp_ws: Path, tmp_path: Path) -> None:
+    (mcp_ws / ".jpfs" / "agents" / "failing.toml").write_text(FAILING, encoding="utf-8")
+
+    async def scenario() -> None:
+        async with serve(mcp_ws, tmp_path / "err.log", "--agent", "failing") as session:
+            text, err = await call(session, "jp_query", config="failing", query="hi")
+            assert err is True
+            assert text.startswith("<error conversation_id=")
+            assert "the model is unavailable (scripted)" in text
+
+    anyio.run(scenario)

@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jpfs import control, profiles, record, scope, search, transcript, tree
 from jpfs.conversation import Conversation
-from jpfs.errors import ProfileError, ToolError
+from jpfs.errors import ProfileError, ToolError, ToolFailure
+from jpfs.state import State
 from jpfs.tools.base import JsonDict, Tool, ToolContext
+
+if TYPE_CHECKING:
+    from jpfs.query import Outcome
 
 
 def _ws(ctx: ToolContext) -> Any:
@@ -77,7 +81,7 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
             )
         except ProfileError as exc:
             raise ToolError(str(exc)) from exc
-        return result.wrapped()
+        return _answer(result)
     if overrides:
         raise ToolError('overrides apply only when creating a conversation (id="new")')
     result = query(
@@ -88,6 +92,14 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
         runner=runner,
         author=record.agent_identity(str(config.get("name") or "agent")),
     )
+    return _answer(result)
+
+
+def _answer(result: Outcome) -> str:
+    """The sub-agent's answer; a failed or killed one is an error result for the caller
+    (MCP clients see ``isError``), with the same ``<error ...>`` text."""
+    if result.state in (State.FAILED, State.KILLED):
+        raise ToolFailure(result.wrapped())
     return result.wrapped()
 
 
