@@ -315,3 +315,15 @@ def test_concurrent_processes_create_and_commit(ws: Path, n_procs: int) -> None:
     assert rgit(ws, "status", "--porcelain") == ""
     assert_user_branch_untouched(ws)
     git(ws, "fsck", "--strict")
+
+
+@pytest.mark.parametrize(
+    "flags", [("--agent", "researcher"), ("--no-onboard",), ("--new",), ("--hidden",)]
+)
+def test_options_for_a_new_conversation_are_refused_with_id(ws: Path, cli, flags) -> None:  # type: ignore[no-untyped-def]
+    assert cli("c", "new", "a", "--no-activate").code == 0
+    head = rgit(ws, "rev-parse", "HEAD")
+    refused = cli("query", "--id", "a", *flags, "--non-interactive", "hello")
+    assert refused.code == 2
+    assert flags[0] in refused.stderr and "only apply to a new conversation" in refused.stderr
+    assert rgit(ws, "rev-parse", "HEAD") == head  # nothing was written

@@ -57,6 +57,25 @@ def query(
     from jpfs.runtime import Runner
     from jpfs.state import State
 
+    if conv_id is not None:
+        # Options that only shape a new conversation cannot apply to an existing one.
+        given = [
+            name
+            for name, on in (
+                ("--new", new),
+                ("--agent", agent is not None),
+                ("--no-onboard", no_onboard),
+                ("--hidden", hidden),
+                ("--tmp", tmp is not None),
+            )
+            if on
+        ]
+        if given:
+            raise typer.BadParameter(
+                f"{', '.join(given)} only apply to a new conversation; --id continues"
+                " an existing one (drop them, or start a new one with --new)",
+                param_hint="--id",
+            )
     ws = state.ws(list(cfg or []))
     body = read_query(text)
     runner = Runner(ws, progress=note, lock_wait=float(ws.config["query.lock_wait"]))
