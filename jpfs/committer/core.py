@@ -9,7 +9,8 @@ are recognised by hash and never rewritten.
 
 A commit's objects go into one packfile from 16 objects on and are written loose below
 that (:mod:`jpfs.committer.objects`); a background geometric repack every 25 packfiles
-keeps their number down (:mod:`jpfs.committer.maintenance`). The user's index is synced
+keeps their number down (:mod:`jpfs.committer.maintenance`). The work tree's index (for
+jpfs: the record worktree's, never the user's) is synced
 (:mod:`jpfs.committer.userindex`) *before* the branch moves by compare-and-swap
 (:mod:`jpfs.committer.refs`); if the tip moved, the commit is rebuilt on the new tip
 (bounded retries, then :class:`GitError`). Concurrent calls fold into group commits

@@ -43,7 +43,7 @@ class IndexVersion4(IndexUnsupported):
 
 
 class IndexFile:
-    """The operations the committer needs on the user's index."""
+    """The operations the committer needs on its work tree's index."""
 
     stamp: tuple[int, int, int, int] | None = None
     foreign = False  # last written by someone else (not by this committer)

@@ -66,7 +66,8 @@ _TIMESTAMP_SLACK_NS = 50_000_000
 
 
 class UserIndex:
-    """The user's index (``<gitdir>/index``) as this committer reads and writes it.
+    """The work tree's index (``<gitdir>/index``; for jpfs the record's) as this
+    committer reads and writes it.
 
     ``head_tree`` returns the tree HEAD holds now; ``request_heal`` asks the committer to
     call :meth:`heal` in its turn (from the watcher thread).
