@@ -123,6 +123,17 @@ def jpfs_subprocess(
     )  # fmt: skip
 
 
+@contextlib.contextmanager
+def running_daemon(ws: Path) -> Iterator[Path]:
+    """``jpfs daemon start`` in ``ws``, and always ``jpfs daemon stop --force`` after."""
+    started = jpfs_subprocess("daemon", "start", cwd=ws)
+    assert started.returncode == 0, started.stderr
+    try:
+        yield ws
+    finally:
+        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=ws)
+
+
 def wait_until(
     predicate: Callable[[], object],
     timeout: float = 10.0,

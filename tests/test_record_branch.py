@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Result, git, jpfs_subprocess, rgit, wait_until
+from tests.conftest import Result, git, jpfs_subprocess, rgit, running_daemon, wait_until
 
 
 def index_digest(repo: Path) -> str:
@@ -502,9 +502,7 @@ def test_a_staged_file_survives_daemon_activity(ws: Path, cli: Callable[..., Res
     git(ws, "add", "staged.txt")
     (ws / "README.md").write_text("# unstaged edit\n", encoding="utf-8")
     head, index = git(ws, "rev-parse", "HEAD"), index_digest(ws)
-    started = jpfs_subprocess("daemon", "start", cwd=ws)
-    assert started.returncode == 0, started.stderr
-    try:
+    with running_daemon(ws):
         for name in ("s1", "s2"):
             conv = ws / "conversations" / name
             conv.mkdir()
@@ -514,8 +512,6 @@ def test_a_staged_file_survives_daemon_activity(ws: Path, cli: Callable[..., Res
             timeout=60,
             message="both conversations to finish",
         )
-    finally:
-        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=ws)
     assert git(ws, "rev-parse", "HEAD") == head
     assert index_digest(ws) == index
     status = git(ws, "status", "--porcelain").splitlines()

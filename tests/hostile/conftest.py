@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, jpfs_subprocess, wait_until, write_profile
+from tests.conftest import git, jpfs_subprocess, running_daemon, wait_until, write_profile
 from tests.messages_server import MessagesServer, last_user_text, text_reply
 
 SECRET = "s3cr3t-do-not-leak-8d1f"
@@ -41,12 +41,8 @@ def hostile_ws(ws: Path, api_env: MessagesServer) -> Path:
 
 @pytest.fixture
 def daemon(hostile_ws: Path) -> Iterator[Path]:
-    started = jpfs_subprocess("daemon", "start", cwd=hostile_ws)
-    assert started.returncode == 0, started.stderr
-    try:
+    with running_daemon(hostile_ws):
         yield hostile_ws
-    finally:
-        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=hostile_ws)
 
 
 def secret_file(tmp_path: Path) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, jpfs_subprocess, rgit, wait_until, write_profile
+from tests.conftest import git, jpfs_subprocess, rgit, running_daemon, wait_until, write_profile
 from tests.hostile.conftest import AGENT
 from tests.messages_server import MessagesServer, last_user_text, text_reply
 
@@ -75,9 +75,7 @@ def test_a_full_disk_is_reported_and_survived(
     ):
         assert cli("config", "set", key, value, cwd=ws).code == 0
     api_env.responder = lambda req: text_reply("echo: " + last_user_text(req)[:40])
-    started = jpfs_subprocess("daemon", "start", cwd=ws)
-    assert started.returncode == 0, started.stderr
-    try:
+    with running_daemon(ws):
         conv = ws / "conversations" / "full"
         conv.mkdir()
         filler = fill(small_disk)
@@ -100,8 +98,6 @@ def test_a_full_disk_is_reported_and_survived(
         filler.unlink()
         wait_until(lambda: (conv / "result.md").exists(), timeout=30, message="the run, later")
         assert "echo: Say hello." in (conv / "result.md").read_text(encoding="utf-8")
-    finally:
-        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=ws)
     leftovers = [p for p in ws.rglob("*") if p.name.endswith((".jpfs-tmp", ".lock"))]
     assert leftovers == []
     assert rgit(ws, "status", "--porcelain") == ""

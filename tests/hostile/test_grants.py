@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Result, git
+from tests.conftest import Result, git, running_daemon
 from tests.hostile.conftest import assert_healthy, start_conversation, wait_error, wait_result
 from tests.messages_server import MessagesServer
 
@@ -47,18 +47,13 @@ def test_a_record_asking_for_more_than_its_profile_is_refused(
         profile = hostile_ws / ".jpfs" / "agents" / "careful.toml"
         profile.write_text("overridable = []\n" + profile.read_text(), encoding="utf-8")
     plant(hostile_ws, "planted", WIDER[case].replace("{pwned}", str(pwned)))
-    from tests.conftest import jpfs_subprocess
 
-    started = jpfs_subprocess("daemon", "start", cwd=hostile_ws)
-    assert started.returncode == 0, started.stderr
-    try:
+    with running_daemon(hostile_ws):
         error = wait_error(hostile_ws, "planted", "grants")
         assert "careful" in error
         start_conversation(hostile_ws, "honest")
         assert "echo: Say hello." in wait_result(hostile_ws, "honest")
         assert_healthy(hostile_ws)
-    finally:
-        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=hostile_ws)
     assert not pwned.exists()
     bodies = [r.json or {} for r in api_env.requests]
     assert not any(b.get("model") == "claude-expensive" for b in bodies)

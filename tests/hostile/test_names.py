@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import jpfs_subprocess, rgit, wait_until
+from tests.conftest import jpfs_subprocess, rgit, running_daemon, wait_until
 from tests.hostile.conftest import assert_healthy
 
 
@@ -50,9 +50,7 @@ def test_answers_without_a_round_heading_are_reported(hostile_ws: Path) -> None:
     set_in_file(hostile_ws / ".jpfs" / "config.toml", "agents.allowed", '["careful", "asker"]')
     git(hostile_ws, "add", "-A", ".jpfs")
     git(hostile_ws, "commit", "-q", "-m", "asker")
-    started = jpfs_subprocess("daemon", "start", cwd=hostile_ws)
-    assert started.returncode == 0, started.stderr
-    try:
+    with running_daemon(hostile_ws):
         conv = hostile_ws / "conversations" / "ask"
         conv.mkdir()
         (conv / "conversation.toml").write_text('agent = "asker"\n', encoding="utf-8")
@@ -63,5 +61,3 @@ def test_answers_without_a_round_heading_are_reported(hostile_ws: Path) -> None:
         assert not (conv / "result.md").exists()
         (conv / "answers.md").write_text("## Round 1\n\nThe parser.\n", encoding="utf-8")
         wait_until(lambda: (conv / "result.md").exists(), timeout=15, message="the run")
-    finally:
-        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=hostile_ws)

@@ -9,7 +9,7 @@ import pytest
 
 from jpfs.errors import ToolError
 from jpfs.safescan import grep
-from tests.conftest import git, jpfs_subprocess, write_profile
+from tests.conftest import git, running_daemon, write_profile
 from tests.hostile.conftest import start_conversation, wait_result
 
 GREPPER = """
@@ -52,11 +52,7 @@ def test_an_agents_catastrophic_grep_does_not_stop_the_daemon(hostile_ws: Path) 
     from jpfs.config import set_in_file
 
     set_in_file(hostile_ws / ".jpfs" / "config.toml", "agents.allowed", '["careful", "grepper"]')
-    started = jpfs_subprocess("daemon", "start", cwd=hostile_ws)
-    assert started.returncode == 0, started.stderr
-    try:
+    with running_daemon(hostile_ws):
         start_conversation(hostile_ws, "neighbour")
         assert "echo: Say hello." in wait_result(hostile_ws, "neighbour", timeout=20)
         assert "Searched:" in wait_result(hostile_ws, "grep", timeout=20)
-    finally:
-        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=hostile_ws)

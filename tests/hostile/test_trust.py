@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import Result, git, jpfs_subprocess, write_profile
+from tests.conftest import Result, git, running_daemon, write_profile
 from tests.hostile.conftest import wait_error, wait_result
 
 RUNNER = """
@@ -41,9 +41,7 @@ def test_a_cloned_profile_that_runs_programs_waits_for_trust(
     listed = json.loads(cli("trust", "--list", "--format", "json").stdout)
     assert {"name": "runner", "runs_programs": True, "trusted": False, "changed": False} in listed
     assert next(r for r in listed if r["name"] == "careful")["trusted"] is True
-    started = jpfs_subprocess("daemon", "start", cwd=hostile_ws)
-    assert started.returncode == 0, started.stderr
-    try:
+    with running_daemon(hostile_ws):
         conv = hostile_ws / "conversations" / "run"
         conv.mkdir()
         (conv / "conversation.toml").write_text('agent = "runner"\n', encoding="utf-8")
@@ -60,5 +58,3 @@ def test_a_cloned_profile_that_runs_programs_waits_for_trust(
         profile.write_text(profile.read_text() + "\n# changed upstream\n", encoding="utf-8")
         shown = cli("trust", "--list")
         assert "changed: run `jpfs trust`" in shown.stdout
-    finally:
-        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=hostile_ws)
