@@ -113,14 +113,26 @@ class Runner:
 
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
         agent = str(conv.meta().get("agent") or "agent")
+        if "paths" in kwargs:
+            record.commit(
+                self.ws, conv.id, event, agent=agent, author=agent_identity(agent), **kwargs
+            )
+            return
+        # The run's first commit takes the whole events/ (whatever happened before it);
+        # later ones only the events written since: O(changed), not O(events).
         names = conv.event_names()
-        if "paths" not in kwargs:
-            # The run's first commit takes the whole events/ (whatever happened before
-            # it); later ones only the events written since: O(changed), not O(events).
-            since = self._committed_events.get(conv.id)
-            new = None if since is None else [name for seq, _, name in names if seq > since]
-            kwargs["paths"] = runs.own_paths(self.ws, conv, new)  # not running children's
-        record.commit(self.ws, conv.id, event, agent=agent, author=agent_identity(agent), **kwargs)
+        since = self._committed_events.get(conv.id)
+        new = None if since is None else [name for seq, _, name in names if seq > since]
+        paths = runs.own_paths(self.ws, conv, new)  # not running children's
+        record.commit(
+            self.ws,
+            conv.id,
+            event,
+            paths=paths,
+            agent=agent,
+            author=agent_identity(agent),
+            **kwargs,
+        )
         self._committed_events[conv.id] = names[-1][0] if names else 0
 
     def commit_caller_edits(self, conv: Conversation) -> None:
