@@ -64,9 +64,9 @@ def migrate(ws: Workspace) -> Migration:
         raise StateError(f"{rel}/ is not tracked on your branch: there is nothing to migrate")
     repo.references.create(f"refs/heads/{branch}", parent)
     gitcli.run(ws.root, ["rm", "-r", "-q", "--cached", "--", rel])
-    from jpfs.bootstrap import add_ignore_lines
+    from jpfs.bootstrap import IGNORE_LINE, add_ignore_lines
 
-    if add_ignore_lines(ws.root, [f"/{rel}/"]):
+    if add_ignore_lines(ws.root, [IGNORE_LINE, f"/{rel}/"]):
         gitcli.run(ws.root, ["add", "--", ".gitignore"])
     ws.ensure_record()
     return Migration(branch, count, str(parent))

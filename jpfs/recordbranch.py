@@ -26,6 +26,7 @@ the record branch) gets an error naming ``jpfs migrate``.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -127,7 +128,20 @@ def ensure(root: Path, rel: str, branch: str, local_dir: Path) -> Path:
     gitdir = git_dir(root)
     if gitdir is None:
         raise WorkspaceError(f"{root} is not a git work tree; run `git init` there first")
-    commondir = common_dir(gitdir)
+    # Two commands repairing at once (`jpfs init` and a query, say) take turns.
+    local_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(local_dir / "record.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if is_record(path, branch):
+            return path
+        return _attach(root, rel, branch, local_dir, common_dir(gitdir))
+    finally:
+        os.close(fd)
+
+
+def _attach(root: Path, rel: str, branch: str, local_dir: Path, commondir: Path) -> Path:
+    path = root / rel
     _refuse_sha256(root)
     if (path / ".git").is_file():
         # A moved repository: both links of the worktree point at the old place.
