@@ -38,3 +38,28 @@ def test_an_unknown_agent_is_an_error_event_at_once(daemon: Path) -> None:
     error = wait_error(daemon, "nobody", "no-such-agent", timeout=10)
     assert "agents.allowed" in error
     assert_healthy(daemon)
+
+
+def test_a_broken_record_is_reported_once_however_often_it_is_looked_at(
+    hostile_ws: Path,
+) -> None:
+    from jpfs.config import set_in_file
+    from tests.conftest import running_daemon, wait_until
+
+    set_in_file(hostile_ws / ".jpfs" / "config.toml", "daemon.scan_interval", "0.2")
+    conv = hostile_ws / "conversations" / "broken"
+    conv.mkdir()
+    (conv / "task.md").write_text("Hello.\n", encoding="utf-8")
+    (conv / "conversation.toml").write_text('agent = "careful"\nbroken = [\n', encoding="utf-8")
+    with running_daemon(hostile_ws):
+        wait_error(hostile_ws, "broken", "malformed TOML")
+        status = hostile_ws / ".jpfs" / "local" / "daemon.json"
+        first = json.loads(status.read_text(encoding="utf-8")).get("scans", 0)
+        # Several periodic scans later (the daemon counts them), still one error event.
+        wait_until(
+            lambda: json.loads(status.read_text(encoding="utf-8")).get("scans", 0) >= first + 5,
+            timeout=20,
+            message="five more scans",
+        )
+    errors = sorted((conv / "events").glob("*-error.md"))
+    assert len(errors) == 1, errors
