@@ -61,6 +61,13 @@ def init_workspace(
     for name in template_agents():
         _write_if_absent(jpfs_dir / "agents" / name, template_text("agents", name), written)
     ws = open_workspace(top, cfg, search=False)
+    if ws.config.sources.get("record.branch", "default") != "default":
+        # A record branch chosen for init (--cfg, JPFS_RECORD__BRANCH) is where the
+        # record lives from now on: every later command must find the same one.
+        path = jpfs_dir / config_mod.CONFIG_FILE
+        if config_mod.load_file(path).get("record.branch") != ws.record_branch:
+            config_mod.set_in_file(path, "record.branch", f'"{ws.record_branch}"')
+            ws = open_workspace(top, cfg, search=False)
     if add_ignore_lines(top, [IGNORE_LINE, f"/{ws.conv_root_rel}/"]):
         written.append(top / ".gitignore")
     ws.ensure_local()

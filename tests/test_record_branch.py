@@ -492,6 +492,11 @@ def test_an_unusable_record_branch_name_is_refused(
 def test_a_custom_record_branch_name_is_used(repo: Path, cli: Callable[..., Result]) -> None:
     assert cli("--cfg", 'record.branch="team-record"', "init").code == 0
     assert rgit(repo, "symbolic-ref", "HEAD").strip() == "refs/heads/team-record"
+    # Kept in config.toml: later commands, without --cfg, use the same record.
+    assert '[record]\nbranch = "team-record"' in (repo / ".jpfs" / "config.toml").read_text()
+    new_conversation(cli, "later")
+    assert "jpfs(later): new" in git(repo, "log", "-1", "--format=%s", "team-record")
+    assert "refs/heads/jpfs-record" not in git(repo, "for-each-ref", "--format=%(refname)")
 
 
 def test_a_staged_file_survives_daemon_activity(ws: Path, cli: Callable[..., Result]) -> None:
