@@ -20,7 +20,9 @@ tomlkit, anthropic, OS) are translated once, where they happen, with
     ├── LockError             a conversation is busy (another run holds its lock)
     ├── LimitError            max_children / max_depth / max_agents / turns exceeded
     ├── GitError              a git operation failed (conflict, CAS exhausted, ...)
-    │   └── MergeConflict     merge would conflict; carries the paths
+    │   ├── MergeConflict     merge would conflict; carries the paths
+    │   └── RepositoryFault   the repository cannot be read or written now (read-only,
+    │                         full disk, corrupt object): not the conversation's fault
     ├── ProviderError         the model provider failed after retries
     ├── ToolError             a tool call was refused or failed (returned to the model)
     │   └── ToolFailure       it ran and failed; carries its full result (a failed sub-agent)
@@ -95,6 +97,12 @@ class MergeConflict(GitError):
     def __init__(self, message: str, paths: Sequence[str]) -> None:
         super().__init__(message)
         self.paths = list(paths)
+
+
+class RepositoryFault(GitError):
+    """The repository failed under jpfs (I/O error, read-only objects, a full disk, a
+    corrupt object). The daemon retries the run later with backoff instead of failing
+    the conversation: the fault is the machine's, and fixing it must be enough."""
 
 
 class ProviderError(JpfsError):

@@ -109,6 +109,10 @@ class Runner:
     def complete(self, conv: Conversation, request: Request) -> Reply:
         if self.cancel.is_set():
             raise Cancelled(f"run of {conv.id} cancelled")
+        if request.notify is None:
+            request = dataclasses.replace(
+                request, notify=lambda text: self.note(f"[{conv.id}] {text}")
+            )
         return self.provider(conv.config).complete(request, runs.cancel_event(self, conv))
 
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:

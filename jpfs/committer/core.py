@@ -37,7 +37,7 @@ from jpfs.committer.refs import Refs
 from jpfs.committer.trees import TreeBuilder, TreeView, same, tree_files
 from jpfs.committer.userindex import UserIndex
 from jpfs.committer.worktree import Blob, Dir, Worktree, check_path
-from jpfs.errors import GitError, JpfsError
+from jpfs.errors import GitError, JpfsError, RepositoryFault
 from jpfs.gitdirs import common_dir
 
 _FALLBACK_NAME = "jpfs"
@@ -368,10 +368,16 @@ class Committer:
         if tip is None:
             return None
         try:
-            return self._repo[tip].peel(pygit2.Tree)
+            commit = self._repo[tip].peel(pygit2.Commit)
         except (KeyError, ValueError, pygit2.GitError) as exc:
-            raise GitError(
-                f"HEAD points to {tip}, which is not a readable commit: run `git fsck`"
+            raise RepositoryFault(
+                f"HEAD points to {tip}, which is not a readable commit ({exc}): run `git fsck`"
+            ) from exc
+        try:
+            return commit.tree
+        except (KeyError, ValueError, pygit2.GitError) as exc:
+            raise RepositoryFault(
+                f"tree {commit.tree_id} of commit {tip} cannot be read ({exc}): run `git fsck`"
             ) from exc
 
     def _after_commits(self, count: int) -> None:

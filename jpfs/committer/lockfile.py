@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from jpfs.committer.fileio import write_all
-from jpfs.errors import GitError
+from jpfs.errors import GitError, RepositoryFault
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def acquire(
             if lock.try_acquire(content):
                 return lock
         except OSError as exc:
-            raise GitError(f"cannot create {lock.path}: {exc.strerror}") from exc
+            raise RepositoryFault(f"cannot create {lock.path}: {exc.strerror}") from exc
         if lock.break_if_stale():
             continue
         now = time.monotonic()

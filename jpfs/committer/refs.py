@@ -29,7 +29,7 @@ import pygit2
 from jpfs.committer.failures import translate
 from jpfs.committer.lockfile import acquire
 from jpfs.committer.objects import ident
-from jpfs.errors import GitError
+from jpfs.errors import GitError, RepositoryFault
 
 _ZERO_OID = "0" * 40
 _HEX_OID = re.compile(r"[0-9a-f]{40}\Z")
@@ -131,7 +131,7 @@ class Refs:
             lock.commit()
             return True
         except OSError as exc:
-            raise GitError(f"cannot update {name} in {base}: {exc.strerror}") from exc
+            raise RepositoryFault(f"cannot update {name} in {base}: {exc.strerror}") from exc
         finally:
             lock.release()
 

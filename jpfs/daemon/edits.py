@@ -21,7 +21,7 @@ import pygit2
 from jpfs import gitcli, ids, record
 from jpfs.committer import Change
 from jpfs.conversation import ANSWERS
-from jpfs.errors import GitError
+from jpfs.errors import GitError, RepositoryFault
 from jpfs.scope import TASK
 from jpfs.workspace import Workspace
 
@@ -90,12 +90,24 @@ class Head:
     def refresh(self) -> str | None:
         try:
             commit = self.repo.revparse_single("HEAD")
-        except (KeyError, pygit2.GitError):
+        except KeyError:  # an unborn branch: nothing committed yet
             self._tip, self._tree = None, None
             return None
+        except pygit2.GitError as exc:
+            raise RepositoryFault(
+                f"the record's tip cannot be read ({exc}): run `git fsck`"
+            ) from exc
         tip = str(commit.id)
         if tip != self._tip:
-            self._tip, self._tree = tip, commit.peel(pygit2.Commit).tree
+            head = commit.peel(pygit2.Commit)
+            try:
+                tree = head.tree
+            except pygit2.GitError as exc:
+                raise RepositoryFault(
+                    f"tree {head.tree_id} of the record's tip {tip} cannot be read ({exc}):"
+                    " run `git fsck`"
+                ) from exc
+            self._tip, self._tree = tip, tree
         return tip
 
     def entry(self, rel: str) -> tuple[str, int] | None:

@@ -38,7 +38,7 @@ from jpfs.daemon.pool import Pool
 from jpfs.daemon.procfs import open_files
 from jpfs.daemon.seen import Seen, signature
 from jpfs.daemon.watcher import CLOSED, DELETED, MOVED_FROM, MOVED_TO, Batch
-from jpfs.errors import IdError, JpfsError, LockError
+from jpfs.errors import IdError, JpfsError, LockError, RepositoryFault
 from jpfs.scope import CONVERSATION_TOML, TASK
 from jpfs.workspace import Workspace
 
@@ -91,6 +91,7 @@ class Reconciler:
         self.touched: dict[str, set[str]] = {}  # conversation id -> touched paths
         self.due: dict[str, float] = {}  # conversation id -> when to look at it
         self.backoff: dict[str, float] = {}  # locked elsewhere: seconds until the next look
+        self.fault_wait: dict[str, float] = {}  # repository fault: seconds until the next look
         self.seen = Seen()  # id -> (signature, need) at the last look
         self.head: edits.Head | None = None
         self.scans = 0
@@ -101,8 +102,9 @@ class Reconciler:
     def post(self, batch: Batch) -> None:
         self.inbox.put(batch)
 
-    def run_done(self, conv_id: str) -> None:
-        self.inbox.put((_DONE, conv_id))
+    def run_done(self, conv_id: str, after: float = 0.0) -> None:
+        """A run ended: look at the conversation again ``after`` seconds from now."""
+        self.inbox.put((_DONE, conv_id, after))
 
     def request_scan(self) -> None:
         self.inbox.put((_RESCAN, ""))
@@ -147,7 +149,7 @@ class Reconciler:
             for change in item.changes:
                 self.note_change(change.path, change.kind, change.is_dir)
         elif isinstance(item, tuple) and item[0] == _DONE:
-            self.due[item[1]] = time.monotonic()
+            self.due[item[1]] = time.monotonic() + item[2]
         elif isinstance(item, tuple) and item[0] == _RESCAN:
             self.scan(full=True)
 
@@ -213,6 +215,9 @@ class Reconciler:
             for conv_id in conv_ids:
                 try:
                     item = self.prepare(conv_id, held)
+                except RepositoryFault as exc:
+                    self.look_again_later(conv_id, exc)
+                    continue
                 except Exception as exc:  # one conversation must never stop the daemon
                     log.exception("reconciling %r failed", conv_id)
                     self.on_error(f"{conv_id}: {exc}")
@@ -228,9 +233,19 @@ class Reconciler:
                     self.on_error(f"{item.conv_id}: {exc}")
         for item in serving:  # the run locks are released: the pool may take them
             self.backoff.pop(item.conv_id, None)
+            self.fault_wait.pop(item.conv_id, None)
             self.forget(item.conv_id)
             if item.verdict.need is Need.RUN:
                 self.pool.submit(item.conv_id)
+
+    def look_again_later(self, conv_id: str, exc: RepositoryFault) -> None:
+        """The repository failed, not the conversation: say so, and look again after
+        1, 2, 4 ... seconds (at most a minute), so the fix is all the user has to do."""
+        wait = min(self.fault_wait.get(conv_id, 0.5) * 2, 60.0)
+        self.fault_wait[conv_id] = wait
+        self.due[conv_id] = time.monotonic() + wait
+        log.warning("%s: repository fault, looking again in %g s: %s", conv_id, wait, exc)
+        self.on_error(f"{conv_id}: {exc} (trying again in {wait:g} s)")
 
     def prepare(self, conv_id: str, held: contextlib.ExitStack) -> Serving | None:
         """Take the run lock, adopt, find the edits to commit; None: nothing to do now."""

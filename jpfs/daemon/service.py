@@ -29,7 +29,7 @@ from jpfs.daemon.actions import DaemonRunner, Need
 from jpfs.daemon.pool import Job, Pool
 from jpfs.daemon.reconciler import Reconciler
 from jpfs.daemon.watcher import watch
-from jpfs.errors import JpfsError, LockError
+from jpfs.errors import JpfsError, LockError, RepositoryFault
 from jpfs.providers.base import Cancelled, Provider
 from jpfs.state import State
 from jpfs.workspace import Workspace
@@ -38,6 +38,9 @@ log = logging.getLogger("jpfs.daemon")
 
 # How long a run's jp_query waits for a child that another run holds.
 CHILD_LOCK_WAIT = 600.0
+# A run stopped by a repository fault is tried again after 1, 2, 4 ... seconds, at most
+# this many: soon after the user frees the disk, without spinning while it stays full.
+FAULT_RETRY_MAX = 60.0
 
 
 @dataclass
@@ -57,6 +60,9 @@ class Daemon:
         self.ready = threading.Event()
         self.stats = Stats()
         self.providers: dict[str, Provider] = {}
+        # conversation id -> seconds to wait before the next try after a repository fault
+        self.fault_backoff: dict[str, float] = {}
+        self._retry_after: dict[str, float] = {}
         cfg = ws.config
         self.pool = Pool(int(cfg["daemon.max_agents"]), self.run_job, self.on_run_done)
         self.reconciler = Reconciler(
@@ -99,7 +105,12 @@ class Daemon:
         swept = recovery.sweep_debris(self.ws)
         if swept:
             log.info("removed %d temporary file(s) or dir(s) left by killed processes", swept)
-        self.reconciler.recover("jpfs: recover files written before a crash")
+        try:
+            self.reconciler.recover("jpfs: recover files written before a crash")
+        except RepositoryFault as exc:
+            # Serve anyway: status says what is wrong, and the scans commit once it is fixed.
+            log.error("cannot commit the files found at start: %s", exc)
+            self.record_error(f"start-up: {exc}")
         from jpfs import background
 
         background.set_starter(self.ws.root, self.start_in_pool)
@@ -175,6 +186,9 @@ class Daemon:
                 except Cancelled:
                     log.info("%s: run stopped by the daemon; it resumes at the next start", conv.id)
                     return
+                except RepositoryFault as exc:
+                    self.postpone(conv, exc)
+                    return
                 except JpfsError as exc:
                     self.fail(conv, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                     return
@@ -183,6 +197,7 @@ class Daemon:
                     name = type(exc).__name__
                     self.fail(conv, f"internal error in jpfs ({name}); see {self.files.log}")
                     return
+                self.fault_backoff.pop(conv.id, None)
                 log.info("%s: run ends: %s", conv.id, state)
                 if state is State.FAILED:
                     last = conv.last_event()
@@ -204,8 +219,18 @@ class Daemon:
         except JpfsError as exc:
             log.error("%s: could not record the failure: %s", conv.id, exc)
 
+    def postpone(self, conv: Conversation, exc: RepositoryFault) -> None:
+        """The repository failed under the run: the conversation is not at fault, so no
+        error event; the run is tried again later, from its files, with backoff."""
+        delay = min(FAULT_RETRY_MAX, self.fault_backoff.get(conv.id, 0.5) * 2)
+        self.fault_backoff[conv.id] = delay
+        self._retry_after[conv.id] = delay
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        self.record_error(f"{conv.id}: {first} (trying again in {delay:g} s)")
+        log.warning("%s: repository fault, trying again in %g s: %s", conv.id, delay, first)
+
     def on_run_done(self, conv_id: str) -> None:
-        self.reconciler.run_done(conv_id)
+        self.reconciler.run_done(conv_id, after=self._retry_after.pop(conv_id, 0.0))
 
     # -- status ---------------------------------------------------------------------------
     def record_error(self, message: str) -> None:

@@ -144,7 +144,13 @@ class AnthropicProvider:
             failure = outcome
             if not failure.retryable or attempt == attempts:
                 break
-            if cancel.wait(self._retry_delay(attempt, failure.retry_after)):
+            delay = self._retry_delay(attempt, failure.retry_after)
+            if request.notify is not None:
+                request.notify(
+                    f"anthropic: {failure.message}; attempt {attempt + 1}/{attempts}"
+                    f" in {delay:.1f} s"
+                )
+            if cancel.wait(delay):
                 raise Cancelled("cancelled")
         suffix = f" (gave up after {attempt} attempts)" if attempt > 1 else ""
         raise ProviderError(f"anthropic: {failure.message}{suffix}") from failure.cause

@@ -8,6 +8,7 @@ speak, and the event files map onto it one to one.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,6 +57,9 @@ class Request:
     # providers ignore it.
     phase: str = "work"
     metadata: JsonDict = field(default_factory=dict)
+    # Told, in one line, when the provider waits before trying again (a 429, a 5xx), so
+    # that `daemon status` and the log say why a turn takes long instead of going quiet.
+    notify: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
