@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean venv
+.PHONY: test demo bench lint typecheck clean venv clients
 
 venv: $(STAMP)
 
@@ -15,6 +15,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The real clients that tests/test_client_*.py drive (Claude Code), at the versions pinned
+# in tests/clients/package-lock.json, installed from the npm registry into tests/clients.
+CLIENTS := tests/clients
+CLIENTS_STAMP := $(CLIENTS)/node_modules/.installed
+
+clients: $(CLIENTS_STAMP)
+
+$(CLIENTS_STAMP): $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
+	cd $(CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 lint: $(STAMP)
 	$(BIN)/ruff check jpfs tests bench
 	$(BIN)/ruff format --check jpfs tests bench
@@ -22,7 +33,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+test: lint typecheck clients
 	$(BIN)/pytest -q -n 2 --timeout=300
 
 demo: $(STAMP)
@@ -32,4 +43,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache $(CLIENTS)/node_modules

@@ -17,6 +17,10 @@ children sharing one server). Every request is recorded with its JSON body and h
 Order of answers: the queue first, then the responder; with neither, a 400
 ``invalid_request_error`` naming the problem (400 is never retried, so a test that
 forgot to script a reply fails at once with a readable message).
+
+``stream: true`` requests get a 400 unless ``server.streaming`` is set (for clients
+that always stream, such as Claude Code): then a scripted message is sent as the
+API's server-sent events (``message_start`` ... ``message_stop``); errors stay JSON.
 """
 
 from __future__ import annotations
@@ -215,6 +219,51 @@ def slow_reply(delay: float, response: Response | None = None) -> Response:
     return Response(base.status, base.body, base.headers, delay, base.content_type)
 
 
+def sse_events(message: JsonDict) -> bytes:
+    """A complete message as the Messages API streams it (server-sent events)."""
+    events: list[tuple[str, JsonDict]] = []
+    usage = dict(message.get("usage") or {})
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**usage, "output_tokens": 0}
+    events.append(("message_start", {"type": "message_start", "message": start}))
+    for index, block in enumerate(message.get("content") or []):
+        kind = block.get("type")
+        if kind == "text":
+            opening: JsonDict = {"type": "text", "text": ""}
+            delta: JsonDict = {"type": "text_delta", "text": block.get("text", "")}
+        elif kind == "tool_use":
+            opening = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        else:
+            raise ValueError(f"sse_events: cannot stream a {kind!r} block")
+        events.append(
+            ("content_block_start", {"type": "content_block_start", "index": index,
+                                     "content_block": opening})
+        )  # fmt: skip
+        events.append(
+            ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                     "delta": delta})
+        )  # fmt: skip
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    stop = {"stop_reason": message.get("stop_reason"), "stop_sequence": None}
+    events.append(
+        ("message_delta", {"type": "message_delta", "delta": stop,
+                           "usage": {"output_tokens": usage.get("output_tokens", 0)}})
+    )  # fmt: skip
+    events.append(("message_stop", {"type": "message_stop"}))
+    return "".join(f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events).encode()
+
+
+def _streamed(response: Response) -> Response:
+    """``response`` as an event stream when it is a successful message; else unchanged."""
+    body = response.body
+    if response.status != 200 or not isinstance(body, dict) or body.get("type") != "message":
+        return response
+    return Response(
+        response.status, sse_events(body), response.headers, response.delay, "text/event-stream"
+    )
+
+
 # --- reading requests -----------------------------------------------------------------
 
 
@@ -387,6 +436,8 @@ class MessagesServer:
     """Scripted Messages API on 127.0.0.1 (a free port); use as a context manager."""
 
     def __init__(self) -> None:
+        # Answer ``stream: true`` requests with server-sent events (see the module doc).
+        self.streaming = False
         self._lock = threading.Condition()
         self._queue: deque[Answer] = deque()
         self._requests: list[RecordedRequest] = []
@@ -446,7 +497,8 @@ class MessagesServer:
             self._lock.notify_all()
             queued = self._queue.popleft() if self._queue else None
         answer: Answer
-        if request.json is not None and request.json.get("stream"):
+        stream = request.json is not None and bool(request.json.get("stream"))
+        if stream and not self.streaming:
             answer = error_reply(400, "messages_server: stream=true is not supported")
         elif queued is not None:
             answer = queued
@@ -462,7 +514,15 @@ class MessagesServer:
                 answer = error_reply(400, f"messages_server: responder raised {exc!r}")
         else:
             answer = error_reply(400, "messages_server: no scripted response left")
-        return answer if isinstance(answer, Response) else Response(body=answer)
+        response = answer if isinstance(answer, Response) else Response(body=answer)
+        if not (stream and self.streaming):
+            return response
+        try:
+            return _streamed(response)
+        except ValueError as exc:
+            with self._lock:
+                self.errors.append(exc)
+            return error_reply(400, f"messages_server: {exc}")
 
     # -- inspection
 
