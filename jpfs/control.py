@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from jpfs import background, frontmatter, ids, locks, mail, record, runs, scope, tree
 from jpfs.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, Event, create, now
-from jpfs.errors import LimitError, ScopeError
+from jpfs.errors import LimitError, ScopeError, StateError
 from jpfs.lifecycle import head_commit
 from jpfs.scope import TASK
 from jpfs.state import State
@@ -221,6 +221,30 @@ def send(
         return msg, False
     background.start(ws, msg.to, runner=runner, detached=detached)
     return msg, True
+
+
+def retry(
+    ws: Workspace,
+    conv_id: str,
+    text: str | None = None,
+    *,
+    runner: Runner | None = None,
+    start_run: bool = True,
+    detached: bool = False,
+) -> tuple[mail.Message, bool]:
+    """Resume a failed conversation: mail it, as its caller, ``text`` or a note naming
+    the failure, which becomes its next input (the same path as any new input, so a
+    conversation that failed before its first event still gets its task). Returns the
+    message and whether a run was started here."""
+    conv = Conversation(ws.conv_root, conv_id)
+    state = tree.state_of(conv)
+    if state is not State.FAILED:
+        raise StateError(f"conversation {conv_id!r} is {state}, not failed: nothing to retry")
+    if text is None or not text.strip():
+        last = conv.last_event()
+        reason = last.body.strip().splitlines()[0] if last and last.role == "error" else ""
+        text = "The last attempt failed" + (f" ({reason})" if reason else "") + ". Try again."
+    return send(ws, conv_id, "retry", text, runner=runner, start_run=start_run, detached=detached)
 
 
 def deliver(ws: Workspace, conv: Conversation) -> bool:

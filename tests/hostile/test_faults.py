@@ -91,13 +91,19 @@ def test_a_provider_that_keeps_failing_fails_one_conversation_not_the_daemon(
     start_conversation(daemon, "other", "Say hello.\n")
     assert "echo: Say hello." in wait_result(daemon, "other")
     assert not (conv / "result.md").exists()
-    # Once the provider is back, new input retries it, and nothing was lost.
+    # `jpfs retry` is refused where there is nothing to retry.
+    refused = cli("retry", "other", cwd=daemon)
+    assert refused.code == 1 and "not failed" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    # Once the provider is back, `jpfs retry` resumes it, and nothing was lost.
     healed = True
-    sent = cli("mail", "send", "broken", "Try again.", cwd=daemon)
+    sent = cli("retry", "broken", cwd=daemon)
     assert sent.code == 0, sent.stderr
     assert "back in service" in wait_result(daemon, "broken")
+    retried = api_env.bodies[-1]["messages"][-1]
+    assert "The last attempt failed" in json.dumps(retried) and "500" in json.dumps(retried)
     assert (conv / "task.md").read_text(encoding="utf-8") == "Break me.\n"
-    assert rgit(daemon, "status", "--porcelain") == ""
+    wait_until(lambda: rgit(daemon, "status", "--porcelain") == "", message="all committed")
     assert_healthy(daemon)
 
 

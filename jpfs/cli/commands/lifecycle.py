@@ -126,7 +126,29 @@ def capture(
     note(f"captured into {child}" + ("" if no_start else "; it runs in the background"))
 
 
+def retry(
+    conv_id: Annotated[str, typer.Argument(metavar="ID")],
+    message: Annotated[
+        str | None, typer.Argument(metavar="[MESSAGE]", help="Extra input (default: a note).")
+    ] = None,
+    no_start: Annotated[
+        bool, typer.Option("--no-start", help="Do not run it here (a daemon will).")
+    ] = False,
+    root_id: RootId = None,
+) -> None:
+    """Resume a failed conversation: its next input is MESSAGE or a note naming the failure."""
+    from jpfs import control
+
+    ws = state.ws()
+    msg, started = control.retry(
+        ws, resolve(ws, conv_id, root_id), message, start_run=not no_start, detached=True
+    )
+    out(msg.id)
+    note(f"retrying {conv_id}" + ("; it continues in the background" if started else ""))
+
+
 def register(app: typer.Typer) -> None:
     app.command("fork")(fork)
     app.command("kill")(kill)
     app.command("capture")(capture)
+    app.command("retry")(retry)
