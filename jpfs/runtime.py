@@ -14,6 +14,7 @@ requested again, and only tool calls without a result event are (re)run.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 import traceback
@@ -101,7 +102,10 @@ class Runner:
             self.progress(text)
 
     def provider(self, config: Mapping[str, Any]) -> Provider:
-        key = f"{config.get('provider')}:{config.get('name')}"
+        # Keyed by what the provider is built from, so a profile edited while the daemon
+        # runs (a new argv, new script turns) gets a new provider, never the stale one.
+        kind = str(config.get("provider"))
+        key = f"{kind}:{config.get('name')}:{json.dumps(config.get(kind), sort_keys=True)}"
         if key not in self.providers:
             self.providers[key] = make_provider(config)
         return self.providers[key]

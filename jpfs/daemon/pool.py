@@ -88,12 +88,28 @@ class Pool:
         self._running: dict[str, Job] = {}
         self._cv = threading.Condition()
         self._closing = False
-        self._threads = [
-            threading.Thread(target=self._worker, name=f"jpfs-agent-{n}", daemon=True)
-            for n in range(self.size)
-        ]
-        for t in self._threads:
+        self._workers = 0  # live worker threads; above ``size`` they retire when idle
+        self._threads: list[threading.Thread] = []
+        with self._cv:
+            self._add_workers(self.size)
+
+    def _add_workers(self, count: int) -> None:
+        for _ in range(count):
+            t = threading.Thread(
+                target=self._worker, name=f"jpfs-agent-{len(self._threads)}", daemon=True
+            )
+            self._threads.append(t)
+            self._workers += 1
             t.start()
+
+    def resize(self, size: int) -> None:
+        """Run at most ``size`` at once from now on: more workers start at once; surplus
+        ones retire when their run ends (a run in flight is never interrupted)."""
+        with self._cv:
+            self.size = max(1, size)
+            if not self._closing and self._workers < self.size:
+                self._add_workers(self.size - self._workers)
+            self._cv.notify_all()
 
     # -- the reconciler's side -------------------------------------------------------
     def submit(self, conv_id: str) -> bool:
@@ -150,9 +166,12 @@ class Pool:
     def _worker(self) -> None:
         while True:
             with self._cv:
-                while not self._closing and not len(self._queue):
+                while not self._closing and not len(self._queue) and self._workers <= self.size:
                     self._cv.wait()
                 if self._closing:
+                    return
+                if self._workers > self.size:
+                    self._workers -= 1
                     return
                 conv_id = self._queue.pop()
                 if conv_id is None:

@@ -19,9 +19,12 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from jpfs import config as config_mod
 from jpfs import locks
 from jpfs.conversation import Conversation
 from jpfs.daemon import actions, process, recovery
@@ -29,7 +32,7 @@ from jpfs.daemon.actions import DaemonRunner, Need
 from jpfs.daemon.pool import Job, Pool
 from jpfs.daemon.reconciler import Reconciler
 from jpfs.daemon.watcher import watch
-from jpfs.errors import JpfsError, LockError, RepositoryFault
+from jpfs.errors import ConfigError, JpfsError, LockError, RepositoryFault
 from jpfs.providers.base import Cancelled, Provider
 from jpfs.state import State
 from jpfs.workspace import Workspace
@@ -51,9 +54,23 @@ class Stats:
     last_error: dict[str, Any] | None = None
 
 
+# Keys a running daemon cannot change under itself; a change waits for the next start.
+RESTART_KEYS = ("conversations.root", "record.branch", "daemon.log_max_bytes", "daemon.log_backups")
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
 class Daemon:
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, cfg: Sequence[str] = ()) -> None:
         self.ws = ws
+        self.cfg = tuple(cfg)  # the --cfg layers it was started with, kept on a reload
+        self._config_stamp = _stamp(self.config_file)
         self.files = process.Files.of(ws)
         self.stop = threading.Event()
         self.force = threading.Event()
@@ -91,7 +108,7 @@ class Daemon:
                     self.ready.set()
                     self.write_status(force=True)
                     log.info("daemon ready: watching %s", self.ws.conv_root)
-                    self.reconciler.loop(self.stop, self.write_status)
+                    self.reconciler.loop(self.stop, self.tick)
                 finally:
                     self.shutdown()
                 log.info("daemon %d stopped", os.getpid())
@@ -232,6 +249,47 @@ class Daemon:
     def on_run_done(self, conv_id: str) -> None:
         self.reconciler.run_done(conv_id, after=self._retry_after.pop(conv_id, 0.0))
 
+    # -- configuration ------------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        return self.ws.jpfs_dir / config_mod.CONFIG_FILE
+
+    def tick(self) -> None:
+        self.reload_config()
+        self.write_status()
+
+    def reload_config(self) -> None:
+        """Take up an edit of ``.jpfs/config.toml`` (checked by stat, about once a
+        second): pool size and timings at once, the rest as each run reads it. A broken
+        file is reported and the previous configuration kept, so one typo never stops
+        the daemon. Profiles and trust need nothing here: they are read per run."""
+        stamp = _stamp(self.config_file)
+        if stamp == self._config_stamp:
+            return
+        self._config_stamp = stamp
+        try:
+            fresh = config_mod.load(self.ws.jpfs_dir, self.cfg)
+        except ConfigError as exc:
+            log.error("config not reloaded, the previous one stays in force: %s", exc)
+            self.record_error(f"config: {exc} (the previous configuration stays in force)")
+            return
+        current = self.ws.config
+        changed = sorted(k for k, v in fresh.values.items() if current.values.get(k) != v)
+        later = [k for k in changed if k in RESTART_KEYS]
+        for key in changed:
+            if key not in later:
+                current.values[key] = fresh.values[key]
+                current.sources[key] = fresh.sources[key]
+        self.pool.resize(int(current["daemon.max_agents"]))
+        self.reconciler.debounce = float(current["daemon.debounce"])
+        self.reconciler.settle = float(current["daemon.settle"])
+        self.reconciler.scan_interval = float(current["daemon.scan_interval"])
+        if changed:
+            log.info("config reloaded: %s", ", ".join(k for k in changed if k not in later))
+        if later:
+            log.warning("%s change(s) at the next daemon start", ", ".join(later))
+            self.record_error(f"config: {', '.join(later)} change(s) at the next daemon start")
+
     # -- status ---------------------------------------------------------------------------
     def record_error(self, message: str) -> None:
         self.stats.last_error = {"time": process.iso(time.time()), "message": message}
@@ -306,10 +364,10 @@ def setup_logging(ws: Workspace, *, stderr: bool) -> logging.Handler:
     return handler
 
 
-def serve(ws: Workspace, *, stderr: bool) -> int:
+def serve(ws: Workspace, *, stderr: bool, cfg: Sequence[str] = ()) -> int:
     """``jpfs daemon run``: the foreground daemon, signals handled."""
     setup_logging(ws, stderr=stderr)
-    daemon = Daemon(ws)
+    daemon = Daemon(ws, cfg)
     signals = process.Signals(daemon.stop, daemon.force, daemon.reconciler.request_scan)
     signals.install()
     try:

@@ -123,7 +123,7 @@ def run(
     """
     from jpfs.daemon import service
 
-    code = service.serve(state.ws(), stderr=not detached)
+    code = service.serve(state.ws(), stderr=not detached, cfg=state.cfg)
     if code:
         raise typer.Exit(code)
 
