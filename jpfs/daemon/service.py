@@ -80,14 +80,14 @@ class Daemon:
         # conversation id -> seconds to wait before the next try after a repository fault
         self.fault_backoff: dict[str, float] = {}
         self._retry_after: dict[str, float] = {}
-        cfg = ws.config
-        self.pool = Pool(int(cfg["daemon.max_agents"]), self.run_job, self.on_run_done)
+        settings = ws.config
+        self.pool = Pool(int(settings["daemon.max_agents"]), self.run_job, self.on_run_done)
         self.reconciler = Reconciler(
             ws,
             self.pool,
-            debounce=float(cfg["daemon.debounce"]),
-            settle=float(cfg["daemon.settle"]),
-            scan_interval=float(cfg["daemon.scan_interval"]),
+            debounce=float(settings["daemon.debounce"]),
+            settle=float(settings["daemon.settle"]),
+            scan_interval=float(settings["daemon.scan_interval"]),
             on_error=self.record_error,
         )
         self._watcher: threading.Thread | None = None
