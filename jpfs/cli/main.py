@@ -32,7 +32,7 @@ app = typer.Typer(
     name="jpfs",
     help="Delegate work to LLM sub-agents through plain files in a git repository.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
