@@ -13,7 +13,7 @@ and the library's ``call``. Input means different things in different states:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
@@ -106,8 +106,12 @@ def query(
     runner: Runner | None = None,
     extra: dict[str, object] | None = None,
     author: Identity | None = None,
+    on_text: Callable[[str | None], None] | None = None,
 ) -> Outcome:
-    """Create (no ``conv_id``) or continue a conversation with ``text`` and run it."""
+    """Create (no ``conv_id``) or continue a conversation with ``text`` and run it.
+
+    ``on_text`` gets the text of its work turns as the provider streams it (``None``
+    when a turn begins); its sub-agents' turns are not streamed."""
     runner = runner or Runner(ws)
     if conv_id is None:
         if parent is not None:
@@ -123,6 +127,7 @@ def query(
                 ws,
                 target,
                 agent=agent,
+                title=lifecycle.title_of(text),
                 hidden=hidden,
                 tmp=tmp,
                 activate=activate,
@@ -138,5 +143,10 @@ def query(
                 submit(ws, conv, text, author=author)
             if activate:
                 lifecycle.set_active(ws, conv.id)
-        state = runner.run_locked(conv)
+        if on_text is not None:
+            runner.streams[conv.id] = on_text
+        try:
+            state = runner.run_locked(conv)
+        finally:
+            runner.streams.pop(conv.id, None)
     return outcome(conv, state)

@@ -92,6 +92,9 @@ class Runner:
     on_finish: Callable[[Runner, Conversation, bool, str], None] | None = field(
         default=reports.report_status
     )
+    # conversation id -> where its work turns' text goes as it arrives (``jpfs query``
+    # showing the answer live); None marks the start of a turn.
+    streams: dict[str, Callable[[str | None], None]] = field(default_factory=dict)
     _append_lock: threading.Lock = field(default_factory=threading.Lock)
     # conversation id -> newest event committed by its current run (see commit()).
     _committed_events: dict[str, int] = field(default_factory=dict)
@@ -113,6 +116,10 @@ class Runner:
     def complete(self, conv: Conversation, request: Request) -> Reply:
         if self.cancel.is_set():
             raise Cancelled(f"run of {conv.id} cancelled")
+        sink = self.streams.get(conv.id)
+        if sink is not None and request.phase == "work" and request.on_text is None:
+            sink(None)  # a new turn begins
+            request = dataclasses.replace(request, on_text=sink)
         if request.notify is None:
             request = dataclasses.replace(
                 request, notify=lambda text: self.note(f"[{conv.id}] {text}")

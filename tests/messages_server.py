@@ -68,6 +68,10 @@ class Response:
     # Seconds to wait before answering: a slow model. Stopping the server cuts it short.
     delay: float = 0.0
     content_type: str = "application/json"
+    # A body sent in pieces: the first, then (once ``gate`` is set, at most 10 s later)
+    # the rest; for tests that see a client act on a stream before it ends.
+    chunks: tuple[bytes, ...] = ()
+    gate: threading.Event | None = None
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -254,8 +258,31 @@ def sse_events(message: JsonDict) -> bytes:
     return "".join(f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events).encode()
 
 
+def gated_text_stream(first: str, rest: str, gate: threading.Event) -> Response:
+    """A streamed text reply whose ``first`` words are sent at once and whose ``rest``
+    waits for ``gate``: a client that shows text as it arrives shows ``first`` early."""
+    message = text_reply(first + rest).body
+    events = sse_events(message).decode()
+    blocks = events.split("\n\n")
+    delta = next(i for i, b in enumerate(blocks) if b.startswith("event: content_block_delta"))
+    head = blocks[:delta]
+    whole = json.loads(blocks[delta].split("data: ", 1)[1])
+    pieces = []
+    for text in (first, rest):
+        one = {**whole, "delta": {"type": "text_delta", "text": text}}
+        pieces.append(f"event: content_block_delta\ndata: {json.dumps(one)}")
+    chunk0 = "\n\n".join([*head, pieces[0]]) + "\n\n"
+    chunk1 = "\n\n".join([pieces[1], *blocks[delta + 1 :]])
+    return Response(
+        200, b"", content_type="text/event-stream", chunks=(chunk0.encode(), chunk1.encode()),
+        gate=gate,
+    )  # fmt: skip
+
+
 def _streamed(response: Response) -> Response:
     """``response`` as an event stream when it is a successful message; else unchanged."""
+    if response.chunks:
+        return response
     body = response.body
     if response.status != 200 or not isinstance(body, dict) or body.get("type") != "message":
         return response
@@ -418,6 +445,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         payload = response.encoded()
         self.send_response(response.status)
         self.send_header("content-type", response.content_type)
+        if response.chunks:
+            self._send_chunks(response)
+            return
         self.send_header("content-length", str(len(payload)))
         self.send_header("request-id", f"req_test_{next(_ids)}")
         for name, value in response.headers.items():
@@ -430,6 +460,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(payload)
         except OSError:
             pass  # the client gave up (cancelled); nothing to tell it
+
+    def _send_chunks(self, response: Response) -> None:
+        # No content-length: the body ends when the connection closes.
+        self.send_header("connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        try:
+            self.wfile.write(response.chunks[0])
+            self.wfile.flush()
+            if response.gate is not None:
+                response.gate.wait(10.0)
+            for chunk in response.chunks[1:]:
+                self.wfile.write(chunk)
+            self.wfile.flush()
+        except OSError:
+            pass
 
 
 class MessagesServer:

@@ -21,7 +21,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -138,7 +138,7 @@ class AnthropicProvider:
         for attempt in range(1, attempts + 1):
             if cancel.is_set():
                 raise Cancelled("cancelled")
-            outcome = self._attempt(params, request.timeout, cancel)
+            outcome = self._attempt(params, request.timeout, cancel, request.on_text)
             if isinstance(outcome, Reply):
                 return outcome
             failure = outcome
@@ -165,7 +165,11 @@ class AnthropicProvider:
         return delay * random.uniform(0.5, 1.0)
 
     def _attempt(
-        self, params: JsonDict, timeout: float, cancel: threading.Event
+        self,
+        params: JsonDict,
+        timeout: float,
+        cancel: threading.Event,
+        on_text: Callable[[str], None] | None = None,
     ) -> Reply | _Failure:
         connections = _Connections()
         client, http, http_timeout = self._attempt_client(connections, timeout)
@@ -174,8 +178,16 @@ class AnthropicProvider:
 
         def work() -> None:
             try:
-                raw = client.messages.with_raw_response.create(**params, timeout=http_timeout)
-                box["response"] = raw.http_response
+                if on_text is None:
+                    raw = client.messages.with_raw_response.create(**params, timeout=http_timeout)
+                    box["response"] = raw.http_response
+                    return
+                with client.messages.with_streaming_response.create(
+                    **params, stream=True, timeout=http_timeout
+                ) as streamed:
+                    box["reply"] = _read_stream(
+                        streamed.status_code, streamed.iter_lines(), on_text
+                    )
             except BaseException as exc:  # handed over to the calling thread
                 box["error"] = exc
             finally:
@@ -197,6 +209,9 @@ class AnthropicProvider:
             http.close()
         if "error" in box:
             return _classify(box["error"])
+        if "reply" in box:
+            reply: Reply = box["reply"]
+            return reply
         return _parse_reply(box["response"])
 
     def _attempt_client(
@@ -305,19 +320,78 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return when.timestamp() - time.time()
 
 
+def _malformed(status: int, why: str) -> ProviderError:
+    return ProviderError(_one_line(f"anthropic: malformed response (HTTP {status}): {why}"))
+
+
+def _read_stream(status: int, lines: Iterable[str], on_text: Callable[[str], None]) -> Reply:
+    """A streamed message (server-sent events), its text handed to ``on_text`` as it
+    arrives, assembled into the same body a plain request returns, then checked by the
+    same code (:func:`_reply_from`)."""
+    message: JsonDict = {}
+    blocks: dict[int, JsonDict] = {}
+    partial: dict[int, list[str]] = {}
+    for line in lines:
+        if not line.startswith("data:"):
+            continue  # "event: ..." names the type the data repeats; blank lines end events
+        try:
+            event = json.loads(line[5:])
+        except ValueError as exc:
+            raise _malformed(status, f"an event is not JSON ({exc})") from exc
+        if not isinstance(event, dict):
+            raise _malformed(status, "an event is not a JSON object")
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = dict(event["message"])
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            blocks[_int(event.get("index"))] = dict(event["content_block"])
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            index, delta = _int(event.get("index")), event["delta"]
+            block = blocks.get(index)
+            if block is None:
+                raise _malformed(status, "a delta for a block that never started")
+            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+                block["text"] = str(block.get("text") or "") + delta["text"]
+                on_text(delta["text"])
+            elif delta.get("type") == "input_json_delta":
+                partial.setdefault(index, []).append(str(delta.get("partial_json") or ""))
+        elif kind == "message_delta":
+            if isinstance(event.get("delta"), dict):
+                message.update({k: v for k, v in event["delta"].items() if v is not None})
+            if isinstance(event.get("usage"), dict):
+                message["usage"] = {**(message.get("usage") or {}), **event["usage"]}
+        elif kind == "error":
+            error = event.get("error")
+            why = error.get("message") if isinstance(error, dict) else None
+            raise ProviderError(_one_line(f"anthropic: error mid-stream: {why}"))
+    for index, pieces in partial.items():
+        text = "".join(pieces)
+        try:
+            blocks[index]["input"] = json.loads(text) if text else {}
+        except ValueError as exc:
+            raise _malformed(status, f"a tool call's input is not JSON ({exc})") from exc
+    if not message:
+        raise _malformed(status, "the stream had no message_start")
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return _reply_from(message, status)
+
+
 def _parse_reply(response: httpx2.Response) -> Reply:
     """The reply from a 2xx body, checked field by field: a proxy or a broken gateway can
     answer 200 with anything, and that must be a ProviderError, not an AttributeError."""
-
-    def malformed(why: str) -> ProviderError:
-        return ProviderError(
-            _one_line(f"anthropic: malformed response (HTTP {response.status_code}): {why}")
-        )
-
     try:
         data = json.loads(response.content)
     except ValueError as exc:
-        raise malformed(f"body is not JSON ({exc}): {response.text[:80]!r}") from exc
+        raise _malformed(
+            response.status_code, f"body is not JSON ({exc}): {response.text[:80]!r}"
+        ) from exc
+    return _reply_from(data, response.status_code)
+
+
+def _reply_from(data: object, status: int) -> Reply:
+    def malformed(why: str) -> ProviderError:
+        return _malformed(status, why)
+
     if not isinstance(data, dict):
         raise malformed("body is not a JSON object")
     content = data.get("content")

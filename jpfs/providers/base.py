@@ -60,6 +60,9 @@ class Request:
     # Told, in one line, when the provider waits before trying again (a 429, a 5xx), so
     # that `daemon status` and the log say why a turn takes long instead of going quiet.
     notify: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    # Given the reply's text as it arrives (a provider that streams); one that cannot
+    # stream ignores it, and the caller shows the reply when it is complete.
+    on_text: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
@@ -21,6 +21,36 @@ def read_query(text: str | None) -> str:
     if not data.strip():
         raise typer.BadParameter("QUERY is empty (give it as an argument or on stdin)")
     return data
+
+
+class LiveAnswer:
+    """The run's text on stdout as the provider streams it, turn after turn; at the end,
+    the final answer is printed only if it was not already shown whole."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.turn: list[str] = []
+        self.shown = False
+
+    def __call__(self, text: str | None) -> None:
+        if text is None:  # a new turn: keep the last one's text apart
+            if self.turn:
+                self.stream.write("\n\n")
+            self.turn = []
+            return
+        self.turn.append(text)
+        self.stream.write(text)
+        self.stream.flush()
+        self.shown = True
+
+    def finish(self, answer: str | None) -> None:
+        if self.shown and answer is not None and "".join(self.turn).strip() == answer.strip():
+            answer = None  # already on the screen
+        if self.shown:
+            self.stream.write("\n")
+        if answer is not None:
+            out(answer)
+        self.shown, self.turn = False, []
 
 
 def query(
@@ -44,6 +74,14 @@ def query(
         bool, typer.Option("--non-interactive", help="Never prompt; questions go to stdout.")
     ] = False,
     no_onboard: Annotated[bool, typer.Option("--no-onboard", help="Skip onboarding.")] = False,
+    stream: Annotated[
+        bool | None,
+        typer.Option(
+            "--stream/--no-stream",
+            help="Show the answer as it arrives (default: when stdout is a terminal).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Ask an agent; print only its final answer on stdout.
 
@@ -79,13 +117,14 @@ def query(
     ws = state.ws(list(cfg or []))
     body = read_query(text)
     runner = Runner(ws, progress=note, lock_wait=float(ws.config["query.lock_wait"]))
+    live = LiveAnswer(sys.stdout) if (sys.stdout.isatty() if stream is None else stream) else None
     within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
     if conv_id is None and not new:
         active = lifecycle.get_active(ws)
         if active is not None and (within is None or active.startswith(within + "/")):
             conv_id = active
     if conv_id is not None:
-        result = run_query(ws, body, conv_id=conv_id, within=within, runner=runner)
+        result = run_query(ws, body, conv_id=conv_id, within=within, runner=runner, on_text=live)
     else:
         result = run_query(
             ws,
@@ -97,6 +136,7 @@ def query(
             tmp=lifecycle.parse_duration(tmp) if tmp else None,
             activate=not no_activate,
             runner=runner,
+            on_text=live,
         )
     interactive = not non_interactive and sys.stdin.isatty() and sys.stderr.isatty()
     while result.state is State.WAITING and interactive:
@@ -108,7 +148,11 @@ def query(
             lines.append(line)
         if not lines:
             break
-        result = run_query(ws, "".join(lines), conv_id=result.conversation, runner=runner)
+        result = run_query(
+            ws, "".join(lines), conv_id=result.conversation, runner=runner, on_text=live
+        )
+    if live is not None and result.state is not State.IDLE:
+        live.finish(None)  # a streamed turn that did not end in an answer
     if result.state is State.WAITING:
         out(result.wrapped())
         note(f"answer with: jpfs answer {result.conversation}")
@@ -117,7 +161,10 @@ def query(
         note(f"{result.conversation} failed")
         raise typer.Exit(1) from None
     note(f"conversation {result.conversation}")
-    out(result.text)
+    if live is not None:
+        live.finish(result.text)
+    else:
+        out(result.text)
 
 
 ANSWER_TEMPLATE = """\
