@@ -127,7 +127,6 @@ def query(
                 ws,
                 target,
                 agent=agent,
-                title=lifecycle.title_of(text),
                 hidden=hidden,
                 tmp=tmp,
                 activate=activate,
