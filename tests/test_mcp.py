@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -306,3 +307,52 @@ def test_a_failed_sub_agent_is_an_mcp_error_with_its_reason(mcp_ws: Path, tmp_pa
             assert "the model is unavailable (scripted)" in text
 
     anyio.run(scenario)
+
+
+def _rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+    proc.stdin.flush()
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "mid-call"])
+def test_sigint_stops_the_server_at_once_and_the_call_in_flight_cleanly(
+    mcp_ws: Path, busy: bool
+) -> None:
+    """Clients such as Claude Code stop their servers with SIGINT, stdin still open."""
+    from tests.conftest import wait_until
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jpfs", "-w", str(mcp_ws), "mcp", *AGENTS],
+        cwd=mcp_ws, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _rpc(proc, {"id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}})  # fmt: skip
+        assert proc.stdout is not None and b'"id":1' in proc.stdout.readline()
+        _rpc(proc, {"method": "notifications/initialized"})
+        locks = mcp_ws / ".jpfs" / "local" / "locks"
+        if busy:
+            _rpc(proc, {"id": 2, "method": "tools/call", "params": {
+                "name": "jp_query",
+                "arguments": {"config": "quick", "query": "be slow"}}})  # fmt: skip
+            from jpfs.locks import is_held
+
+            wait_until(
+                lambda: locks.is_dir() and any(is_held(p) for p in locks.iterdir()),
+                timeout=30,
+                message="the sub-agent running",
+            )
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 130
+        assert time.monotonic() - started < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if busy:
+        tomls = list((mcp_ws / "conversations").glob("*/*/conversation.toml"))
+        assert tomls and 'status = "killed"' in tomls[0].read_text(encoding="utf-8")
+        assert rgit(mcp_ws, "status", "--porcelain") == ""

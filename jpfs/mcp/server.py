@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
+import signal
+import sys
 import threading
 from typing import Any
 
@@ -117,9 +120,30 @@ def progress_forwarder(ctx: ServerRequestContext[Any]) -> Progress:
 
 
 def serve(caller: Caller) -> None:
+    """Serve until stdin closes, or until SIGINT/SIGTERM (how clients such as Claude
+    Code stop their servers): then the calls in flight are cancelled and awaited (each
+    run stops and records its state), and the process exits 130/143 at once. Waiting
+    for the SDK's stdin reader thread would hang until the client closes the pipe."""
+    stopped_by: list[int] = []
+
     async def main() -> None:
         server = build(caller)
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_on_signal, tg.cancel_scope, stopped_by)
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+                tg.cancel_scope.cancel()
+            if stopped_by:  # before stdio_server's exit, which waits for a line of stdin
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(128 + stopped_by[0])
 
     anyio.run(main)
+
+
+async def stop_on_signal(scope: anyio.CancelScope, stopped_by: list[int]) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            stopped_by.append(int(signum))
+            scope.cancel()
+            return
