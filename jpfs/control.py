@@ -22,8 +22,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jpfs import background, frontmatter, ids, locks, mail, record, runs, scope, tree
-from jpfs.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, Event, create, now
+from jpfs import background, frontmatter, ids, locks, mail, record, runs, scope, transcript, tree
+from jpfs.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, create, now
 from jpfs.errors import LimitError, ScopeError, StateError
 from jpfs.lifecycle import head_commit
 from jpfs.scope import TASK
@@ -84,27 +84,9 @@ def find_child_for_call(conv_root: Path, parent: str, call_id: str) -> str | Non
     return None
 
 
-def _settled_events(events: list[Event]) -> tuple[list[Event], Event | None]:
-    """The parent's events minus an in-flight turn: (kept, text-only copy of that turn).
-
-    The turn that is calling tools right now (the one that called ``fork``) is copied
-    as its text alone: its tool calls and their results stay the parent's, and the
-    child's transcript stays valid for the Messages API whatever has run meanwhile.
-    """
-    for i in range(len(events) - 1, -1, -1):
-        ev = events[i]
-        if ev.role == "user":
-            break
-        if ev.role == "assistant":
-            if ev.meta.get("tool_calls"):
-                return events[:i], ev
-            break
-    return events, None
-
-
 def _copy_context(child: Conversation, src: Conversation, prompt: str | None) -> None:
-    events, turn = _settled_events(src.events())
-    if not events and turn is None:
+    events = src.events()
+    if not events:
         # Not started yet (a template or onboarding): the task and Q&A are the context.
         task = (src.read(TASK) or "").rstrip()
         for name in (QUESTIONS, ANSWERS):
@@ -115,16 +97,8 @@ def _copy_context(child: Conversation, src: Conversation, prompt: str | None) ->
         if task:
             child.write(TASK, task + "\n")
         return
-    child.events_dir.mkdir(parents=True, exist_ok=True)
-    seq = 0
-    for seq, ev in enumerate(events, 1):
-        shutil.copyfile(ev.path, child.events_dir / f"{seq:04d}-{ev.role}.md")
-    if turn is not None:
-        seq += 1
-        meta = {k: v for k, v in turn.meta.items() if k != "tool_calls"}
-        meta["stop_reason"] = "end_turn"
-        text = frontmatter.render(meta, turn.body)
-        (child.events_dir / f"{seq:04d}-assistant.md").write_text(text, encoding="utf-8")
+    # The fork's own turn (still calling tools) is copied as its text, if it has any.
+    seq = transcript.copy_for_fork(events, child.events_dir)
     if prompt:
         child.write(TASK, prompt.rstrip() + "\n")
         child.append_event("user", prompt)

@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs import branches, gitcli, ids, record, tree
+from jpfs import branches, gitcli, ids, record, transcript, tree
 from jpfs.conversation import TASK, Conversation, create, now
 from jpfs.errors import ConfigError, NotFoundError, StateError
 from jpfs.profiles import apply_overrides, load
@@ -32,6 +32,19 @@ def parse_duration(text: str) -> dt.timedelta:
     if not m:
         raise ConfigError(f"bad duration {text!r}: use a number and s, m, h, d or w (e.g. 30m)")
     return dt.timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+_HEADING = re.compile(r"^\s*#*\s*")
+
+
+def title_of(task: str | None) -> str:
+    """A conversation's default title: the first non-empty line of its task (no ``#``s),
+    at most 80 characters, so listings say what each sub-conversation is about."""
+    for line in (task or "").splitlines():
+        text = _HEADING.sub("", line).strip()
+        if text:
+            return text[:80]
+    return ""
 
 
 def head_commit(ws: Workspace) -> str | None:
@@ -112,11 +125,14 @@ def fork_conversation(
     prompt: str | None = None,
     within: str | None = None,
 ) -> Conversation:
-    """A new child of ``source`` holding its last ``last`` events (all when None)."""
+    """A new child of ``source`` holding its last ``last`` events (all when None).
+
+    A turn still calling tools is copied as its text alone (nothing without text):
+    its tool calls stay the source's, never to be run again by the copy.
+    """
     source = resolve(ws.conv_root, source, within=within)
     src = Conversation(ws.conv_root, source)
     meta = src.meta()
-    events = src.events(last=last) if last != 0 else []
     seq = src.event_names()[-1][0] if src.event_names() else 0
     child_id = ids.join(source, ids.generate())
     fields = {"base": head_commit(ws), **branches.plan(ws, child_id, src.config)}
@@ -131,11 +147,9 @@ def fork_conversation(
     )
     if "branch" in fields:
         branches.ensure_worktree(ws, branches.require_fork(ws, child.id))
-    if events:
-        child.events_dir.mkdir(parents=True, exist_ok=True)
-    for n, ev in enumerate(events, 1):
+    if last != 0:
         # Renumbered from 1 so the child's transcript is self-contained.
-        shutil.copyfile(ev.path, child.events_dir / f"{n:04d}-{ev.role}.md")
+        transcript.copy_for_fork(src.events(), child.events_dir, last)
     if prompt:
         child.append_event("user", prompt)
     record.commit(ws, child.id, "fork", agent=str(meta.get("agent", "")), note=f"from {source}")

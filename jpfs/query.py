@@ -127,6 +127,7 @@ def query(
                 ws,
                 target,
                 agent=agent,
+                title=lifecycle.title_of(text),
                 hidden=hidden,
                 tmp=tmp,
                 activate=activate,

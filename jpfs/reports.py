@@ -145,7 +145,9 @@ def wait_settled(
                 continue
             conv = Conversation(ws.conv_root, cid)
             state = tree.state_of(conv)
-            if state not in SETTLED:
+            if state not in SETTLED or (state is not State.KILLED and mail.pending_input(ws, cid)):
+                # Running, or about to: caller mail waiting for it is its next input
+                # (a mail_send that continues it), so its last report is not the answer.
                 unreported.pop(cid, None)
                 continue
             report = _report(ws, by, conv, state)

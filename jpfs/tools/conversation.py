@@ -138,11 +138,14 @@ def jp_conversation_grep(ctx: ToolContext, args: JsonDict) -> str:
         ignore_case=bool(args.get("ignore_case", False)),
         include_hidden=True,
     )
-    if not matches:
+    # One line per distinct `ID: text`: a final reply is in its event and in result.md,
+    # and the same line twice tells the model nothing but costs it tokens.
+    unique = list(dict.fromkeys(f"{m.id}: {m.text}" for m in matches))
+    if not unique:
         return "no matches"
-    lines = [f"{m.id}: {m.text}" for m in matches[:200]]
-    if len(matches) > 200:
-        lines.append(f"[truncated: showing 200 of {len(matches)} matches]")
+    lines = unique[:200]
+    if len(unique) > 200:
+        lines.append(f"[truncated: showing 200 of {len(unique)} matching lines]")
     return "\n".join(lines)
 
 

@@ -194,11 +194,11 @@ def build(config: Mapping[str, Any]) -> dict[str, Tool]:
             _schema(
                 {
                     "to": {"type": "string", "minLength": 1, "description": to_desc},
-                    "subject": {"type": "string", "description": "One line."},
                     "body": {"type": "string", "description": "The message (markdown)."},
+                    "subject": {"type": "string", "description": "One line (optional)."},
                     "in_reply_to": MSG_ID,
                 },
-                ["to", "subject", "body"],
+                ["to", "body"],
             ),
             mail_send,
         ),
