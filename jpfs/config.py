@@ -96,21 +96,24 @@ def parse_value(raw: str) -> Any:
         return raw
 
 
-def read_toml(path: Path, error: type[JpfsError]) -> dict[str, Any] | None:
-    """A TOML file as data (None if missing); ``error`` names the file and the problem,
-    malformed TOML and text that is not UTF-8 alike."""
+def read_toml(
+    path: Path, error: type[JpfsError], shown: str | None = None
+) -> dict[str, Any] | None:
+    """A TOML file as data (None if missing); ``error`` names the file (as ``shown``,
+    default its path) and the problem, malformed TOML and text that is not UTF-8 alike."""
+    name = shown or str(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise error(f"{path}: cannot read it: {exc.strerror}") from exc
+        raise error(f"{name}: cannot read it: {exc.strerror}") from exc
     try:
-        return tomllib.loads(decode(data, path))
+        return tomllib.loads(decode(data, Path(name)))
     except FormatError as exc:
         raise error(str(exc)) from exc
     except tomllib.TOMLDecodeError as exc:
-        raise error(f"{path}: malformed TOML: {exc}") from exc
+        raise error(f"{name}: malformed TOML: {exc}") from exc
 
 
 def load_file(path: Path) -> dict[str, Any]:

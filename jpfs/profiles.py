@@ -115,10 +115,13 @@ def profile_path(agents_dir: Path, name: str) -> Path:
 
 def load(agents_dir: Path, name: str) -> Profile:
     path = profile_path(agents_dir, name)
-    data = read_toml(path, ProfileError)
+    # Named as the user sees it (.jpfs/agents/NAME.toml): the message lands in error
+    # events and the one-line `last` column of listings.
+    shown = f"{agents_dir.parent.name}/{agents_dir.name}/{path.name}"
+    data = read_toml(path, ProfileError, shown)
     if data is None:
-        raise ProfileError(f"no agent profile {name!r} (expected {path})")
-    config = normalize(data, str(path))
+        raise ProfileError(f"no agent profile {name!r} (expected {shown})")
+    config = normalize(data, shown)
     config["name"] = name
     return Profile(name, config, str(path))
 

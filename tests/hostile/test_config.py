@@ -63,3 +63,23 @@ def test_a_broken_record_is_reported_once_however_often_it_is_looked_at(
         )
     errors = sorted((conv / "events").glob("*-error.md"))
     assert len(errors) == 1, errors
+
+
+def test_a_broken_profile_is_an_error_event_naming_it_and_others_go_on(daemon: Path) -> None:
+    profile = daemon / ".jpfs" / "agents" / "careful.toml"
+    good = profile.read_text(encoding="utf-8")
+    profile.write_text(good + "\n[tools\n", encoding="utf-8")
+    try:
+        start_conversation(daemon, "victim")
+        error = wait_error(daemon, "victim", "careful.toml", timeout=10)
+        assert "Traceback" not in error
+        shown = jpfs_subprocess("tree", "--format", "json", cwd=daemon)
+        assert shown.returncode == 0, shown.stderr
+        row = next(r for r in json.loads(shown.stdout) if r["id"] == "victim")
+        assert row["state"] == "failed" and "careful.toml" in row["last"]
+    finally:
+        profile.write_text(good, encoding="utf-8")
+    # The profile mended, the same conversation goes on with new input.
+    assert jpfs_subprocess("retry", "victim", cwd=daemon).returncode == 0
+    assert "echo:" in wait_result(daemon, "victim")
+    assert_healthy(daemon)
