@@ -171,31 +171,6 @@ def tokens_text(n: int) -> str:
     return f"{n / 1_000_000:.1f}M"
 
 
-HEADERS = ("ID", "STATE", "AGENT", "MODEL", "TIME", "TOKENS", "LAST")
-
-
-def render(rows: list[Row], header: str = "") -> str:
-    table = [
-        (
-            "  " * row.depth + row.id.rsplit("/", 1)[-1],
-            row.state,
-            row.agent,
-            row.model,
-            duration(row.elapsed),
-            tokens_text(row.tokens),
-            row.last,
-        )
-        for row in rows
-    ]
-    widths = [max([len(h), *(len(r[i]) for r in table)]) for i, h in enumerate(HEADERS)]
-    lines = [header] if header else []
-    for cells in [HEADERS, *table]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    if not rows:
-        lines.append("(no conversations)")
-    return "\n".join(lines) + "\n"
-
-
 def daemon_line(ws: Workspace) -> str:
     from jpfs.daemon import process
 

@@ -117,7 +117,8 @@ def test_ls_json_has_stable_keys_and_filters(ws: Path, cli) -> None:
     below = json.loads(cli("c", "ls", "--root", "a", "--format", "json").stdout)
     assert [r["id"] for r in below] == ["a/x"]
     text = cli("c", "ls", "--tree").stdout
-    assert "\n  x\t" in text
+    assert text.splitlines()[0].split() == ["ID", "STATE", "AGENT", "EVENTS", "TITLE"]
+    assert "\n  x  " in text
 
 
 def test_print_and_grep(ws: Path, cli) -> None:
@@ -230,8 +231,9 @@ def test_use_show_and_gc(ws: Path, cli) -> None:
     assert "kept keep" in result.stderr
     assert (ws / CONV / "keep").is_dir() and not (ws / CONV / "old").exists()
     cli("c", "use", "keep")
-    shown = json.loads(cli("c", "show", "keep").stdout)
+    shown = json.loads(cli("c", "show", "keep", "--format", "json").stdout)
     assert shown["id"] == "keep"
+    assert "id: keep\n" in cli("c", "show", "keep").stdout
 
 
 def test_conversation_toml_comments_survive_rewrites(ws: Path, cli) -> None:
@@ -253,8 +255,9 @@ def test_log_lists_events_of_a_subtree(ws: Path, cli) -> None:
     cli("c", "new", "x", "--parent", "a")
     cli("c", "new", "b")
     lines = cli("log", "a").stdout.splitlines()
-    assert len(lines) == 2
-    assert " a/x new " in lines[0] and " a new " in lines[1]
+    assert lines[0].split() == ["TIME", "CONVERSATION", "EVENT", "AGENT", "AUTHOR", "NOTE"]
+    assert len(lines) == 3
+    assert lines[1].split()[2:4] == ["a/x", "new"] and lines[2].split()[2:4] == ["a", "new"]
     data = json.loads(cli("log", "--format", "json").stdout)
     assert [e["conversation"] for e in data][:3] == ["b", "a/x", "a"]
 
@@ -283,7 +286,7 @@ def test_workspace_flag_and_errors(ws: Path, cli, tmp_path: Path) -> None:
     assert missing.code == 1 and "no jpfs workspace" in missing.stderr
     sub = ws / "src" / "deep"
     sub.mkdir(parents=True)
-    assert cli("c", "ls", cwd=sub).stdout.startswith("a\t")
+    assert cli("c", "ls", cwd=sub).stdout.splitlines()[1].startswith("a  ")
 
 
 def test_console_entry_point_in_a_subprocess(ws: Path) -> None:

@@ -128,7 +128,8 @@ def test_filter_by_sender_kind_unread_since_and_text(
     )
     assert [r["subject"] for r in rows] == ["beta"]
     table = cli("mail", "filter", "lead", "--from", "lead/a").stdout.splitlines()
-    assert len(table) == 2 and all("lead/a" in line for line in table)
+    assert table[0].split() == ["NEW", "ID", "KIND", "FROM", "CREATED", "SUBJECT"]
+    assert len(table) == 3 and all("lead/a" in line for line in table[1:])
     bad = cli("mail", "filter", "lead", "--since", "yesterday-ish")
     assert bad.code == 1 and "bad since" in bad.stderr
 

@@ -1,8 +1,10 @@
 """Global CLI state (workspace, --cfg) and the output conventions.
 
-stdout carries only data (ids, answers, JSON); notes and progress go to stderr.
-``NO_COLOR`` is honoured: nothing here emits colour unless stderr is a terminal and
-``NO_COLOR`` is unset.
+stdout carries only data (ids, answers, tables, JSON); notes and progress go to stderr.
+Every command that shows data takes ``--format text|json`` (:data:`Format`): text is
+for people (tables under upper-case column names, :func:`out_table`), json for
+programs (:func:`out_json`, the one place JSON is written). ``NO_COLOR`` is honoured:
+nothing here emits colour unless stderr is a terminal and ``NO_COLOR`` is unset.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
 
 if TYPE_CHECKING:
     from jpfs.workspace import Workspace
@@ -55,7 +60,55 @@ def out(text: str = "") -> None:
 
 
 def out_json(data: Any) -> None:
+    """The one way the CLI writes JSON: indented, UTF-8 as is, one document."""
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+FORMATS = ("text", "json")
+# Earlier spellings of "text", still taken: `ls --format table`, `print --format markdown`.
+_FORMAT_ALIASES = {"table": "text", "markdown": "text"}
+
+
+def _check_format(value: str) -> str:
+    chosen = _FORMAT_ALIASES.get(value, value)
+    if chosen not in FORMATS:
+        raise typer.BadParameter(f"{value!r} is not one of: text, json", param_hint="--format")
+    return chosen
+
+
+Format = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        metavar="text|json",
+        callback=_check_format,
+        autocompletion=lambda: list(FORMATS),
+        help="text for people, json for programs (keys: see protocol/).",
+    ),
+]
+
+
+_ONE_LINE = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else str(value).translate(_ONE_LINE)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """``rows`` under a header of upper-case column names, columns aligned with two
+    spaces (as ``ps`` prints them); the last column is not padded. A tab or newline in
+    a cell (a title, say) becomes a space, so a row is one line."""
+    lines = [[h.upper() for h in headers], *([_cell(c) for c in row] for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
+    return "".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n"
+        for line in lines
+    )
+
+
+def out_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    sys.stdout.write(table(headers, rows))
 
 
 def note(text: str) -> None:

@@ -1,8 +1,12 @@
 """The one place where errors become exit statuses.
 
-JpfsError -> its one-line message, exit 1 (2 for bad patterns); usage errors -> 2;
-Ctrl-C -> 130; anything else is a bug -> exit 3 with the traceback written to a log
-file the message names.
+Every error is one line on stderr, ``jpfs: error: ...``:
+
+JpfsError -> its message, exit 1 (2 for bad patterns); usage errors (a bad option
+value, an unknown option or command, a missing argument) -> click's message and where
+to get help, exit 2; Ctrl-C -> 130; anything else is a bug -> exit 3 with the traceback
+written to a log file the message names. A command given no arguments that needs some
+prints its help instead (exit 2).
 """
 
 from __future__ import annotations
@@ -33,19 +37,39 @@ def _log_path() -> Path:
         return Path(tempfile.gettempdir()) / f"jpfs-{os.getuid()}.log"
 
 
+def one_line(message: str) -> str:
+    """``message`` on one line: a message quoting several lines (git's stderr, say)
+    keeps their words."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def error(message: str) -> None:
+    """Write ``message`` as jpfs's one error line."""
+    sys.stderr.write(f"jpfs: error: {one_line(message)}\n")
+
+
+def _usage(exc: typer.TyperException) -> str:
+    """A usage error's message, and where to read the usage."""
+    message = str(getattr(exc, "format_message", exc.__str__)())
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        message = f"{message.rstrip('.')} (see '{ctx.command_path} --help')"
+    return message
+
+
 def run(fn: Callable[[], int | None]) -> int:
     try:
         return fn() or 0
     except JpfsError as exc:
-        sys.stderr.write(f"jpfs: error: {exc}\n")
+        error(str(exc))
         return exc.exit_code
     except typer.TyperException as exc:  # click's usage errors
         show = getattr(exc, "show", None)
-        if callable(show):
-            show()
+        if type(exc).__name__ == "NoArgsIsHelpError" and callable(show):
+            show()  # the help, as asked for by giving nothing
         else:
-            sys.stderr.write(f"jpfs: {exc.format_message()}\n")
-        return exc.exit_code
+            error(_usage(exc))
+        return int(getattr(exc, "exit_code", 2))
     except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("jpfs: interrupted\n")
         return 130

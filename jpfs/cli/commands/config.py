@@ -1,23 +1,32 @@
-"""``jpfs config get|set|show``."""
+"""``jpfs config get|set|show`` (``list`` is ``show``)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Any
 
 import typer
 
-from jpfs.cli.context import out, out_json, state
+from jpfs.cli.context import Format, out, out_json, out_table, state
 
 app = typer.Typer(help="Read and change the workspace configuration.", no_args_is_help=True)
 
 
-@app.command("get")
-def get(key: str) -> None:
-    """Print the resolved value of KEY."""
+def _value(value: Any) -> str:
+    """A value as it is written in TOML (a string bare for `config get`)."""
     import json
 
-    value = state.ws().config.get(key)
-    out(value if isinstance(value, str) else json.dumps(value))
+    return json.dumps(value, ensure_ascii=False)
+
+
+@app.command("get")
+def get(key: str, fmt: Format = "text") -> None:
+    """Print the resolved value of KEY (with --format json: key, value and source)."""
+    config = state.ws().config
+    value = config.get(key)
+    if fmt == "json":
+        out_json({"key": key, "value": value, "source": config.sources[key]})
+        return
+    out(value if isinstance(value, str) else _value(value))
 
 
 @app.command("set")
@@ -34,18 +43,16 @@ def set_(key: str, value: str) -> None:
 
 
 @app.command("show")
-def show(
-    fmt: Annotated[str, typer.Option("--format", help="table or json")] = "table",
-) -> None:
+def show(fmt: Format = "text") -> None:
     """Every key with its resolved value and where it came from."""
-    import json
-
     rows = list(state.ws().config.items())
     if fmt == "json":
         out_json([{"key": k, "value": v, "source": s} for k, v, s in rows])
         return
-    for key, value, source in rows:
-        out(f"{key} = {json.dumps(value)}    # {source}")
+    out_table(("key", "value", "source"), [(k, _value(v), s) for k, v, s in rows])
+
+
+app.command("list", help="Every key with its resolved value and where it came from (= show).")(show)
 
 
 def register(root: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jpfs.cli.context import out, out_json, state
+from jpfs.cli.context import Format, out, out_json, out_table, state
 
 if TYPE_CHECKING:
     from jpfs.workspace import Workspace
@@ -68,10 +68,10 @@ def ls(
     root: Annotated[str | None, typer.Option("--root", help="List the descendants of ID.")] = None,
     hidden: Annotated[bool, typer.Option("--hidden", help="Include hidden conversations.")] = False,
     as_tree: Annotated[bool, typer.Option("--tree", help="Indent by depth.")] = False,
-    fmt: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    fmt: Format = "text",
     root_id: RootId = None,
 ) -> None:
-    """List conversations."""
+    """List conversations: id (indented by depth with --tree), state, agent, events, title."""
     from jpfs import scope, tree
 
     ws = state.ws()
@@ -86,23 +86,26 @@ def ls(
         out_json([i.to_json() for i in items])
         return
     base = under.count("/") + 1 if under else 0
-    for i in items:
-        if as_tree:
-            depth = i.id.count("/") - base
-            name = "  " * depth + i.id.rsplit("/", 1)[-1]
-        else:
-            name = i.id
-        out(f"{name}\t{i.status}\t{i.agent}\t{i.events_count}\t{i.title}")
+
+    def name(conv_id: str) -> str:
+        if not as_tree:
+            return conv_id
+        return "  " * (conv_id.count("/") - base) + conv_id.rsplit("/", 1)[-1]
+
+    out_table(
+        ("id", "state", "agent", "events", "title"),
+        [(name(i.id), i.status, i.agent, i.events_count, i.title) for i in items],
+    )
 
 
 @app.command("print")
 def print_(
     conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
     last: Annotated[int | None, typer.Option("--last", help="Only the last N events.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="markdown or json")] = "markdown",
+    fmt: Format = "text",
     root_id: RootId = None,
 ) -> None:
-    """Print a conversation."""
+    """Print a conversation: markdown (text), or everything as JSON."""
     from jpfs import transcript
     from jpfs.conversation import Conversation
 
@@ -127,7 +130,7 @@ def grep(
         bool, typer.Option("--regex", help="PATTERN is a regular expression.")
     ] = False,
     hidden: Annotated[bool, typer.Option("--hidden")] = False,
-    fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    fmt: Format = "text",
 ) -> None:
     """Search conversations; exit 0 when found, 1 when not, 2 on a bad pattern."""
     from jpfs import scope, search
@@ -204,20 +207,32 @@ def use(conv_id: str, root_id: RootId = None) -> None:
 @app.command("show")
 def show(
     conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
+    fmt: Format = "text",
     root_id: RootId = None,
 ) -> None:
-    """Print the active conversation's id, or details of ID."""
-    import json
+    """Print the active conversation's id, or the details of ID (`key: value` lines).
 
+    With --format json: the details (of ID, or of the active conversation) as one object.
+    """
     from jpfs import tree
     from jpfs.conversation import Conversation
 
     ws = state.ws()
     target = scoped(ws, conv_id, root_id)
-    if conv_id is None:
+    if conv_id is None and fmt == "text":
         out(target)
         return
-    out(json.dumps(tree.info(Conversation(ws.conv_root, target)).to_json(), indent=2))
+    details = tree.info(Conversation(ws.conv_root, target)).to_json()
+    if fmt == "json":
+        out_json(details)
+        return
+    out("".join(f"{key}: {_text(value)}".rstrip() + "\n" for key, value in details.items()))
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
 
 
 def register(root: typer.Typer) -> None:

@@ -6,14 +6,12 @@ from typing import Annotated, Any
 
 import typer
 
-from jpfs.cli.context import note, out, out_json, state
+from jpfs.cli.context import Format, note, out, out_json, state
 
 app = typer.Typer(
     help="The background daemon: runs agents when conversation files change.",
     no_args_is_help=True,
 )
-
-Format = Annotated[str, typer.Option("--format", help="text or json")]
 
 
 @app.command("start")

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from jpfs.cli.commands.conversation import RootId, scoped
-from jpfs.cli.context import note, out, out_json, state
+from jpfs.cli.context import Format, note, out, out_json, out_table, state
+
+if TYPE_CHECKING:
+    from jpfs.history import Entry
+
+AGENT_AUTHOR = " (jpfs agent)"  # jpfs.record.agent_identity
 
 
 def log(
     conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
-    limit: Annotated[int | None, typer.Option("-n", "--limit")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    limit: Annotated[
+        int | None, typer.Option("-n", "--limit", help="Only the last N events.")
+    ] = None,
+    fmt: Format = "text",
     root_id: RootId = None,
 ) -> None:
-    """The history of a conversation subtree (the whole tree without ID), from git."""
+    """The history of a conversation subtree (the whole tree without ID), from git:
+    one line per event, newest first (time, conversation, event, agent, author, note)."""
     from jpfs import history
 
     ws = state.ws()
@@ -25,8 +33,38 @@ def log(
     if fmt == "json":
         out_json([e.to_json() for e in entries])
         return
-    for e in entries:
-        out(e.line())
+    out_table(
+        ("time", "conversation", "event", "agent", "author", "note"),
+        [
+            (_time(e.date), e.conversation or "-", e.event, e.agent or "-", _author(e), _note(e))
+            for e in entries
+        ],
+    )
+
+
+def _time(iso: str) -> str:
+    """The commit's time in the local time zone, to the second."""
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso
+
+
+def _author(e: Entry) -> str:
+    return e.author.removesuffix(AGENT_AUTHOR)
+
+
+def _note(e: Entry) -> str:
+    """The subject's detail, then the model and the tokens of a model turn."""
+    parts = [e.note, e.trailers.get("Jpfs-Model", "")]
+    usage = dict(
+        item.partition("=")[::2] for item in e.trailers.get("Jpfs-Usage", "").split() if "=" in item
+    )
+    if usage:
+        parts.append(f"{usage.get('input', '0')}+{usage.get('output', '0')} tokens")
+    return " ".join(p for p in parts if p)
 
 
 def gc() -> None:

@@ -119,8 +119,9 @@ def capture(
 
         raise ConfigError(f"the editor failed ({exc}); check $VISUAL / $EDITOR") from exc
     if not task:
-        note("empty task: nothing created")
-        raise typer.Exit(1)
+        from jpfs.errors import JpfsError
+
+        raise JpfsError("empty task: nothing created")
     child = control.fork(ws, parent, task, start_run=not no_start, detached=True)
     out(child)
     note(f"captured into {child}" + ("" if no_start else "; it runs in the background"))

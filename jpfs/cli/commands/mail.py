@@ -7,20 +7,19 @@ idle conversation continues with it in a detached background run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from jpfs.cli.commands.conversation import RootId
-from jpfs.cli.context import note, out, out_json, state
+from jpfs.cli.context import Format, note, out, out_json, out_table, state
 
 if TYPE_CHECKING:
     from jpfs.mail import Message
     from jpfs.workspace import Workspace
 
 app = typer.Typer(help="Send, list, read and delete conversations' mail.", no_args_is_help=True)
-
-Format = Annotated[str, typer.Option("--format", help="table or json")]
 
 
 def mailbox(ws: Workspace, conv_id: str, root_id: str | None) -> str:
@@ -30,10 +29,21 @@ def mailbox(ws: Workspace, conv_id: str, root_id: str | None) -> str:
     return scope.resolve(ws.conv_root, conv_id, within=within)
 
 
-def row(msg: Message) -> str:
-    flag = " " if msg.read else "*"
-    created = msg.header()["created"]
-    return f"{flag}\t{msg.id}\t{msg.kind}\t{msg.sender}\t{created}\t{msg.subject}"
+def header(msg: Message) -> dict[str, Any]:
+    """A message's header with every key present (``null`` when not set)."""
+    head = msg.header()
+    return {**head, "in_reply_to": head.get("in_reply_to"), "event": head.get("event")}
+
+
+def listing(messages: Sequence[Message]) -> None:
+    """A table of messages; NEW marks the unread ones with ``*``."""
+    out_table(
+        ("new", "id", "kind", "from", "created", "subject"),
+        [
+            ("" if m.read else "*", m.id, m.kind, m.sender, m.header()["created"], m.subject)
+            for m in messages
+        ],
+    )
 
 
 @app.command("send")
@@ -71,7 +81,7 @@ def send(
 @app.command("check")
 def check(
     conv_id: Annotated[str, typer.Argument(metavar="ID")],
-    fmt: Format = "table",
+    fmt: Format = "text",
     root_id: RootId = None,
 ) -> None:
     """Unread mail of ID: the count (stderr) and one line per message."""
@@ -85,12 +95,11 @@ def check(
             {
                 "conversation_id": box,
                 "unread": len(unread),
-                "messages": [m.header() for m in unread],
+                "messages": [header(m) for m in unread],
             }
         )
         return
-    for msg in unread:
-        out(row(msg))
+    listing(unread)
     note(f"{len(unread)} unread in {box}")
 
 
@@ -98,7 +107,7 @@ def check(
 def read(
     conv_id: Annotated[str, typer.Argument(metavar="ID")],
     msg_id: Annotated[str, typer.Argument(metavar="MESSAGE_ID")],
-    fmt: Annotated[str, typer.Option("--format", help="markdown or json")] = "markdown",
+    fmt: Format = "text",
     root_id: RootId = None,
 ) -> None:
     """Print a message of ID's inbox and mark it read."""
@@ -107,7 +116,7 @@ def read(
     ws = state.ws()
     msg = mail.read(ws, mailbox(ws, conv_id, root_id), msg_id)
     if fmt == "json":
-        out_json(msg.to_json())
+        out_json({**header(msg), "body": msg.body})
         return
     head = msg.header()
     lines = [f"{k}: {head[k]}" for k in ("id", "from", "to", "subject", "created", "kind")]
@@ -141,7 +150,7 @@ def filter_(
     text: Annotated[
         str | None, typer.Option("--text", help="Substring of subject or body.")
     ] = None,
-    fmt: Format = "table",
+    fmt: Format = "text",
     root_id: RootId = None,
 ) -> None:
     """Messages of ID's inbox matching every given criterion (* marks unread)."""
@@ -158,10 +167,12 @@ def filter_(
         text=text,
     )
     if fmt == "json":
-        out_json([m.header() for m in found])
+        out_json([header(m) for m in found])
         return
-    for msg in found:
-        out(row(msg))
+    listing(found)
+
+
+app.command("ls", help="List the messages of ID's inbox, as filter does (* marks unread).")(filter_)
 
 
 def register(root: typer.Typer) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from jpfs.cli.commands.conversation import RootId
-from jpfs.cli.context import note, out, out_json, state
+from jpfs.cli.context import Format, note, out, out_json, state
 
 Agents = Annotated[
     list[str] | None,
@@ -62,17 +62,13 @@ def tools(
             "--profile", metavar="NAME", help="Show the tools this agent profile gets instead."
         ),
     ] = None,
-    fmt: Annotated[
-        str, typer.Option("--format", metavar="text|json", help="Output format.")
-    ] = "text",
+    fmt: Format = "text",
 ) -> None:
     """Print the tools `jpfs mcp` exports (name, description, JSON input schema)."""
     from jpfs import profiles
     from jpfs.mcp.caller import allowed_agents, definitions, export
     from jpfs.tools.registry import build_tools
 
-    if fmt not in ("text", "json"):
-        raise typer.BadParameter("--format must be text or json")
     ws = state.ws()
     if profile is not None:
         found = build_tools(profiles.load(ws.agents_dir, profile).config, ws.agents_dir)

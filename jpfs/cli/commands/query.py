@@ -6,12 +6,18 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Annotated, TextIO
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
 from jpfs.cli.commands.conversation import RootId
 from jpfs.cli.context import note, out, state
+
+if TYPE_CHECKING:
+    from jpfs.errors import JpfsError
+    from jpfs.query import Outcome
+    from jpfs.runtime import Runner
 
 
 def read_query(text: str | None) -> str:
@@ -21,6 +27,33 @@ def read_query(text: str | None) -> str:
     if not data.strip():
         raise typer.BadParameter("QUERY is empty (give it as an argument or on stdin)")
     return data
+
+
+def progress_for(conv_id: str) -> Callable[[str], None]:
+    """Progress notes on stderr, but for the one saying ``conv_id`` failed: the error
+    line says it (:func:`failed`), once."""
+    held = f"[{conv_id}] failed:"
+
+    def progress(text: str) -> None:
+        if not text.startswith(held):
+            note(text)
+
+    return progress
+
+
+def failed(result: Outcome) -> JpfsError:
+    """The run of ``result`` failed: the error line, with its error event's first line."""
+    from jpfs.errors import JpfsError
+
+    reason = next((ln.strip() for ln in result.text.splitlines() if ln.strip()), "")
+    return JpfsError(f"{result.conversation} failed: {reason or 'the run failed'}")
+
+
+def preflight(runner: Runner, config: Mapping[str, Any]) -> None:
+    """Build the provider the run will use, so that what it lacks (ANTHROPIC_API_KEY)
+    is one error line before anything is written, not a failed conversation."""
+    if config:
+        runner.provider(config)
 
 
 class LiveAnswer:
@@ -90,7 +123,8 @@ def query(
     otherwise the questions are printed as <questions conversation_id="ID"> and the
     command exits with status 4 (answer with `jpfs answer ID` or `jpfs query --id ID`).
     """
-    from jpfs import lifecycle, scope
+    from jpfs import ids, lifecycle, scope
+    from jpfs.conversation import Conversation
     from jpfs.query import query as run_query
     from jpfs.runtime import Runner
     from jpfs.state import State
@@ -116,13 +150,24 @@ def query(
             )
     ws = state.ws(list(cfg or []))
     body = read_query(text)
-    runner = Runner(ws, progress=note, lock_wait=float(ws.config["query.lock_wait"]))
     live = LiveAnswer(sys.stdout) if (sys.stdout.isatty() if stream is None else stream) else None
     within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
     if conv_id is None and not new:
         active = lifecycle.get_active(ws)
         if active is not None and (within is None or active.startswith(within + "/")):
             conv_id = active
+    segment = ids.generate()
+    if conv_id is not None:
+        target = scope.resolve(ws.conv_root, conv_id, within=within)
+        config = Conversation(ws.conv_root, target).config
+    else:
+        target = ids.join(within, segment)
+        default = str(ws.config["conversations.default_agent"])
+        config = lifecycle.agent_config(ws, agent or default, (), False if no_onboard else None)
+    runner = Runner(
+        ws, progress=progress_for(target), lock_wait=float(ws.config["query.lock_wait"])
+    )
+    preflight(runner, config)
     if conv_id is not None:
         result = run_query(ws, body, conv_id=conv_id, within=within, runner=runner, on_text=live)
     else:
@@ -130,6 +175,7 @@ def query(
             ws,
             body,
             parent=within,
+            segment=segment,
             agent=agent,
             onboarding_enabled=False if no_onboard else None,
             hidden=hidden,
@@ -158,8 +204,7 @@ def query(
         note(f"answer with: jpfs answer {result.conversation}")
         raise typer.Exit(4)
     if result.state is State.FAILED:
-        note(f"{result.conversation} failed")
-        raise typer.Exit(1) from None
+        raise failed(result)
     note(f"conversation {result.conversation}")
     if live is not None:
         live.finish(result.text)
@@ -216,7 +261,7 @@ def answer(
     """Answer a conversation's open questions (opens $EDITOR when TEXT is absent)."""
     from jpfs import onboarding, record, scope, tree
     from jpfs.conversation import Conversation
-    from jpfs.errors import StateError
+    from jpfs.errors import JpfsError, StateError
     from jpfs.state import State
 
     ws = state.ws()
@@ -224,19 +269,25 @@ def answer(
     conv = Conversation(ws.conv_root, scope.resolve(ws.conv_root, conv_id, within=within))
     if tree.state_of(conv) is not State.WAITING:
         raise StateError(f"conversation {conv.id!r} has no open questions ({tree.state_of(conv)})")
+    runner = None
+    if run:
+        from jpfs.runtime import Runner
+
+        runner = Runner(ws, progress=progress_for(conv.id))
+        preflight(runner, conv.config)
     if text is None:
         text = edit_answer(onboarding.questions_of_round(conv))
     if not text.strip():
-        note("empty answer: nothing sent")
-        raise typer.Exit(1)
+        raise JpfsError("empty answer: nothing sent")
     n = onboarding.append_answers(conv, text)
     record.commit(ws, conv.id, "answers", agent=conv.meta().get("agent"), note=f"round {n}")
     note(f"answered round {n} of {conv.id}")
-    if run:
+    if runner is not None:
         from jpfs.query import outcome
-        from jpfs.runtime import Runner
 
-        result = outcome(conv, Runner(ws, progress=note).run(conv.id))
+        result = outcome(conv, runner.run(conv.id))
+        if result.state is State.FAILED:
+            raise failed(result)
         out(result.wrapped() if result.state is State.WAITING else result.text)
 
 

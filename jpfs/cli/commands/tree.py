@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from jpfs.cli.commands.conversation import RootId
-from jpfs.cli.context import out, out_json, state
+from jpfs.cli.context import Format, out, out_json, state, table
+
+if TYPE_CHECKING:
+    from jpfs.status_view import Row
 
 Interval = Annotated[float, typer.Option("--interval", "-i", help="Seconds between refreshes.")]
 Count = Annotated[
@@ -22,7 +25,7 @@ def tree(
     conv_id: Annotated[
         str | None, typer.Argument(metavar="[ID]", help="Show only below ID.")
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    fmt: Format = "text",
     watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
     interval: Interval = 1.0,
     count: Count = 0,
@@ -30,8 +33,6 @@ def tree(
     root_id: RootId = None,
 ) -> None:
     """The conversation tree: state, agent, model, time, tokens and last line of each."""
-    if fmt not in ("text", "json"):
-        raise typer.BadParameter("--format must be text or json")
     show(conv_id, root_id, fmt, watch or count > 1, interval, count, include_hidden)
 
 
@@ -58,7 +59,7 @@ def show(
     include_hidden: bool,
 ) -> None:
     from jpfs import scope
-    from jpfs.status_view import TreeView, daemon_line, render
+    from jpfs.status_view import TreeView, daemon_line
 
     ws = state.ws()
     under = conv_id
@@ -85,6 +86,30 @@ def show(
         pause.wait(interval)
         if not clear and fmt == "text":
             out("")
+
+
+def render(rows: list[Row], header: str = "") -> str:
+    """The tree as a table (ID indented by depth), under ``header`` if given."""
+    from jpfs.status_view import duration, tokens_text
+
+    text = table(
+        ("id", "state", "agent", "model", "time", "tokens", "last"),
+        [
+            (
+                "  " * row.depth + row.id.rsplit("/", 1)[-1],
+                row.state,
+                row.agent,
+                row.model,
+                duration(row.elapsed),
+                tokens_text(row.tokens),
+                row.last,
+            )
+            for row in rows
+        ],
+    )
+    if not rows:
+        text += "(no conversations)\n"
+    return (header + "\n" if header else "") + text
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli.context import note, out, out_json, state
+from jpfs.cli.context import Format, note, out_json, out_table, state
 
 
 def trust(
@@ -14,13 +14,11 @@ def trust(
     show: Annotated[
         bool, typer.Option("--list", help="Only show which profiles need trust.")
     ] = False,
-    fmt: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    fmt: Format = "text",
 ) -> None:
     """Trust the profiles that run local programs, as they are now (review them first)."""
     from jpfs import trust as trust_mod
 
-    if fmt not in ("table", "json"):
-        raise typer.BadParameter(f"must be table or json, not {fmt!r}", param_hint="--format")
     ws = state.ws()
     if show and names:
         raise typer.BadParameter(
@@ -33,10 +31,17 @@ def trust(
     if fmt == "json":
         out_json([r.to_json() for r in rows])
         return
-    out("profile\truns programs\ttrusted")
-    for r in rows:
-        mark = "yes" if r.trusted else ("changed: run `jpfs trust`" if r.changed else "no")
-        out(f"{r.name}\t{'yes' if r.runs_programs else 'no'}\t{mark}")
+    out_table(
+        ("profile", "programs", "trusted"),
+        [
+            (
+                r.name,
+                "yes" if r.runs_programs else "no",
+                "yes" if r.trusted else ("changed: run `jpfs trust`" if r.changed else "no"),
+            )
+            for r in rows
+        ],
+    )
 
 
 def register(app: typer.Typer) -> None:
