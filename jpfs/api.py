@@ -27,6 +27,7 @@ from jpfs.errors import StateError
 from jpfs.query import Outcome, outcome, query
 from jpfs.runtime import Progress, Runner
 from jpfs.state import State
+from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox)
 from jpfs.workspace import Workspace, open_workspace
 
 

@@ -92,7 +92,11 @@ def run_background(
 def spawn(ws: Workspace, conv_id: str) -> None:
     """Run ``conv_id`` in a detached process that outlives the caller (the CLI)."""
     logfile = ws.ensure_local() / "background.log"
-    code = "import sys; from jpfs import background; sys.exit(background.main(sys.argv[1:]))"
+    # An entry point like the CLI: it installs the tools before it runs anything.
+    code = (
+        "import sys; import jpfs.tools.registry; from jpfs import background;"
+        " sys.exit(background.main(sys.argv[1:]))"
+    )
     with logfile.open("ab") as out:
         subprocess.Popen(
             [sys.executable, "-c", code, str(ws.root), conv_id],

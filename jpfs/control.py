@@ -4,7 +4,6 @@
                            at once in the background (jpfs.background); returns its id
     send(to, ...)          mail; from the recipient's caller it is input: an idle,
                            failed, waiting or empty conversation continues with it
-    deliver(conv)          pending caller mail -> the next input (every run does this)
     kill(id)               status = "killed" (committed), its run cancelled (jpfs.runs)
 
 When a child's run ends it mails its parent a status report (jpfs.reports), which
@@ -22,7 +21,19 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jpfs import background, frontmatter, ids, locks, mail, record, runs, scope, transcript, tree
+from jpfs import (
+    background,
+    frontmatter,
+    ids,
+    inputs,
+    locks,
+    mail,
+    record,
+    runs,
+    scope,
+    transcript,
+    tree,
+)
 from jpfs.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, create, now
 from jpfs.errors import LimitError, ScopeError, StateError
 from jpfs.lifecycle import head_commit
@@ -34,9 +45,6 @@ if TYPE_CHECKING:
     from jpfs.workspace import Workspace
 
 log = logging.getLogger("jpfs.control")
-
-# States in which input (a query, or mail from the caller) is accepted.
-TAKES_INPUT = frozenset({State.EMPTY, State.WAITING, State.IDLE, State.FAILED})
 
 
 # -- limits ---------------------------------------------------------------------------
@@ -190,7 +198,7 @@ def send(
     if not start_run or not mail.is_caller(msg.sender, msg.to):
         return msg, False
     conv = Conversation(ws.conv_root, msg.to)
-    if tree.state_of(conv) not in TAKES_INPUT or conv.meta().get("mode") == "template":
+    if tree.state_of(conv) not in inputs.TAKES_INPUT or conv.meta().get("mode") == "template":
         # Busy: whoever runs it delivers the mail when the run stops (runs.supervise).
         return msg, False
     background.start(ws, msg.to, runner=runner, detached=detached)
@@ -219,39 +227,6 @@ def retry(
         reason = last.body.strip().splitlines()[0] if last and last.role == "error" else ""
         text = "The last attempt failed" + (f" ({reason})" if reason else "") + ". Try again."
     return send(ws, conv_id, "retry", text, runner=runner, start_run=start_run, detached=detached)
-
-
-def deliver(ws: Workspace, conv: Conversation) -> bool:
-    """Turn unread mail from ``conv``'s caller into its next input, in one commit.
-
-    The caller holds ``conv``'s run lock. Returns True when there was input, i.e.
-    the conversation has work to do again.
-    """
-    if tree.state_of(conv) not in TAKES_INPUT or conv.meta().get("mode") == "template":
-        return False
-    pending = mail.pending_input(ws, conv.id)
-    if not pending:
-        return False
-    mail.mark_read(ws, conv.id, pending, commit=False)
-    text = mail.as_input(pending)
-    state = tree.state_of(conv)
-    if state in (State.IDLE, State.FAILED):
-        if state is State.FAILED:
-            conv.update(status="active")
-        conv.append_event("user", text, {"mail": [m.id for m in pending]})
-        # The input and the read marks in one commit; not the (maybe running) children.
-        paths = [
-            *runs.own_paths(ws, conv),
-            *(ws.rel(mail.message_path(ws, conv.id, m.id)) for m in pending),
-        ]
-        record.commit(
-            ws, conv.id, "input", paths=paths, agent=conv.meta().get("agent"), note="(mail)"
-        )
-    else:
-        from jpfs.query import submit
-
-        submit(ws, conv, text)  # task or answers; commits the directory, read marks included
-    return True
 
 
 # -- kill --------------------------------------------------------------------------------

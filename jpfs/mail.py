@@ -389,7 +389,7 @@ def pending_input(ws: Workspace, conv_id: str) -> list[Message]:
     """Unread ``message`` mail to ``conv_id`` from its caller (parent or human).
 
     This is input waiting for the conversation: when it is idle, failed, waiting for
-    answers or empty, whoever runs it (:func:`jpfs.control.deliver`, called from
+    answers or empty, whoever runs it (:func:`jpfs.inputs.deliver`, called from
     every run) turns these into its next input and marks them read, in one commit.
     The daemon runs a conversation in those states when this list is not empty.
 

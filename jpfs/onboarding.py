@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs import tree
+from jpfs import profiles, tree
 from jpfs.conversation import ANSWERS, QUESTIONS, TASK, Conversation
 from jpfs.errors import ProviderError, ToolError
 from jpfs.providers.base import Reply, Request, ToolSpec
@@ -249,6 +249,4 @@ def _no_run(_ctx: Any, _args: Any) -> str:  # the schema check never runs the to
 
 
 def _system(runner: Runner, conv: Conversation) -> str:
-    from jpfs.runtime import system_prompt
-
-    return system_prompt(conv.config, conv.id)
+    return profiles.system_prompt(conv.config, conv.id)

@@ -203,3 +203,11 @@ def admit(snapshot: Mapping[str, Any], profile: Profile) -> dict[str, Any]:
     if extra_overridable:
         raise ProfileError(f"{where}: overridable {extra_overridable!r}")
     return config
+
+
+def system_prompt(config: Mapping[str, Any], conv_id: str) -> str:
+    sections = [str(s).strip() for s in (config.get("system") or {}).values() if str(s).strip()]
+    sections.append(
+        f"(jpfs: you are conversation `{conv_id}`; your final reply is returned to your caller.)"
+    )
+    return "\n\n".join(sections)

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
-from jpfs import ids, lifecycle, locks, onboarding, record, scope, tree
-from jpfs.conversation import RESULT, TASK, Conversation
-from jpfs.errors import StateError
+from jpfs import ids, inputs, lifecycle, locks, onboarding, scope
+from jpfs.conversation import RESULT, Conversation
 from jpfs.runtime import Runner
 from jpfs.state import State
 from jpfs.workspace import Workspace
@@ -59,34 +58,6 @@ def outcome(conv: Conversation, state: State) -> Outcome:
     result = conv.read(RESULT)
     text = frontmatter.parse(result)[1] if result else ""
     return Outcome(conv.id, state, text)
-
-
-def submit(ws: Workspace, conv: Conversation, text: str, *, author: Identity | None = None) -> None:
-    """Record ``text`` as the caller's input in whatever form the state calls for."""
-    state = tree.state_of(conv)
-    if state is State.EMPTY:
-        conv.write(TASK, text.rstrip() + "\n")
-        record.commit(ws, conv.id, "task", agent=conv.meta().get("agent"), author=author)
-    elif state is State.WAITING:
-        n = onboarding.append_answers(conv, text)
-        record.commit(
-            ws, conv.id, "answers", agent=conv.meta().get("agent"), note=f"round {n}", author=author
-        )
-    elif state in (State.IDLE, State.FAILED):
-        if state is State.FAILED:
-            conv.update(status="active")
-        if not any(role == "user" for _, role, _ in conv.event_names()):
-            # It failed before its first event (a refused profile, say): the retry
-            # carries the task and the Q&A, or the agent would never see them.
-            text = onboarding.work_brief(conv).rstrip() + "\n\n" + text
-        conv.append_event("user", text)
-        record.commit(ws, conv.id, "input", agent=conv.meta().get("agent"), author=author)
-    elif state is State.KILLED:
-        raise StateError(f"conversation {conv.id!r} was killed; fork it or start a new one")
-    else:
-        raise StateError(
-            f"conversation {conv.id!r} is {state}; wait until it is idle or asks questions"
-        )
 
 
 def query(
@@ -140,7 +111,7 @@ def query(
         else:
             conv = Conversation(ws.conv_root, target)
             if text:
-                submit(ws, conv, text, author=author)
+                inputs.submit(ws, conv, text, author=author)
             if activate:
                 lifecycle.set_active(ws, conv.id)
         if on_text is not None:

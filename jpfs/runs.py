@@ -126,15 +126,19 @@ def active(root: Path) -> list[str]:
         return sorted(cid for (r, cid) in _runs if r == str(root))
 
 
-def supervise(runner: Runner, conv: Conversation, drive: Callable[[Conversation], State]) -> State:
-    """Run ``drive`` as a registered, killable run; then deliver pending mail and go on.
+def supervise(
+    runner: Runner,
+    conv: Conversation,
+    drive: Callable[[Conversation], State],
+    deliver: Callable[[Conversation], bool],
+) -> State:
+    """Run ``drive`` as a registered, killable run; then ``deliver`` and go on.
 
-    After each drive, mail from the conversation's caller that arrived meanwhile
-    becomes its next input (:func:`jpfs.control.deliver`), so a message sent while
-    the agent was busy is never left behind when it stops.
+    After each drive, ``deliver`` turns mail from the conversation's caller that
+    arrived meanwhile into its next input (the runtime passes
+    :func:`jpfs.inputs.deliver`), so a message sent while the agent was busy is never
+    left behind when it stops; it returns whether there was any.
     """
-    from jpfs import control
-
     key = _key(runner.ws.root, conv.id)
     run = Run(runner, conv.id, conv.toml_path, threading.Event(), _stamp(conv.toml_path))
     with _lock:
@@ -144,7 +148,7 @@ def supervise(runner: Runner, conv: Conversation, drive: Callable[[Conversation]
     try:
         while True:
             state = drive(conv)
-            if not control.deliver(runner.ws, conv):
+            if not deliver(conv):
                 return state
     except Cancelled:
         if not runner.cancel.is_set() and status_of(conv.toml_path) == "killed":

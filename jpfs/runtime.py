@@ -25,6 +25,7 @@ from typing import Any
 
 from jpfs import (
     frontmatter,
+    inputs,
     locks,
     messages,
     onboarding,
@@ -47,7 +48,7 @@ from jpfs.errors import (
 from jpfs.providers.base import Cancelled, Provider, Reply, Request
 from jpfs.record import agent_identity
 from jpfs.state import State
-from jpfs.tools.base import Tool, ToolContext, check_arguments
+from jpfs.tools.base import Tool, Toolbox, ToolContext, check_arguments, installed_toolbox
 from jpfs.workspace import Workspace
 
 log = logging.getLogger("jpfs.runtime")
@@ -71,14 +72,6 @@ def make_provider(config: Mapping[str, Any]) -> Provider:
     return AnthropicProvider()
 
 
-def system_prompt(config: Mapping[str, Any], conv_id: str) -> str:
-    sections = [str(s).strip() for s in (config.get("system") or {}).values() if str(s).strip()]
-    sections.append(
-        f"(jpfs: you are conversation `{conv_id}`; your final reply is returned to your caller.)"
-    )
-    return "\n\n".join(sections)
-
-
 @dataclass
 class Runner:
     """Runs conversations of one workspace. Thread-safe; one instance may run many."""
@@ -95,6 +88,7 @@ class Runner:
     # conversation id -> where its work turns' text goes as it arrives (``jpfs query``
     # showing the answer live); None marks the start of a turn.
     streams: dict[str, Callable[[str | None], None]] = field(default_factory=dict)
+    toolbox: Toolbox | None = None  # default: installed_toolbox() (jpfs.tools.base)
     _append_lock: threading.Lock = field(default_factory=threading.Lock)
     # conversation id -> newest event committed by its current run (see commit()).
     _committed_events: dict[str, int] = field(default_factory=dict)
@@ -173,7 +167,7 @@ class Runner:
 
     def run_locked(self, conv: Conversation) -> State:
         # A registered run: kill cancels it, and caller mail is delivered (jpfs.runs).
-        return runs.supervise(self, conv, self.drive)
+        return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
 
     def drive(self, conv: Conversation) -> State:
         turns = 0
@@ -224,7 +218,7 @@ class Runner:
         tools = self.tools_for(conv)
         request = Request(
             model=str(config.get("model", "")),
-            system=system_prompt(config, conv.id),
+            system=profiles.system_prompt(config, conv.id),
             messages=messages.to_messages(events),
             tools=tuple(t.spec() for t in tools.values()),
             max_tokens=int(config.get("max_tokens", 8192)),
@@ -264,9 +258,13 @@ class Runner:
 
     # -- tools ------------------------------------------------------------------------
     def tools_for(self, conv: Conversation) -> dict[str, Tool]:
-        from jpfs.tools.registry import build_tools
-
-        return build_tools(conv.config, self.ws.agents_dir)
+        toolbox = self.toolbox or installed_toolbox()
+        if toolbox is None:
+            raise RuntimeError(
+                "no toolbox: import jpfs.tools.registry first (the CLI, the MCP server, the"
+                " daemon and the library do)"
+            )
+        return toolbox(conv.config, self.ws.agents_dir)
 
     def tool_context(self, conv: Conversation) -> ToolContext:
         config = conv.config

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import jpfs.tools.registry  # noqa: F401  (tests are an entry point: install the runs' toolbox)
 from tests.messages_server import messages_server  # noqa: F401  (fixture)
 
 IDENTITY = {

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jpfs import background, control, frontmatter, mail, reports
+from jpfs import background, control, frontmatter, inputs, mail, reports
 from jpfs.conversation import Conversation
 from jpfs.errors import IdError, NotFoundError, ScopeError
 from jpfs.history import parse_trailers
@@ -282,7 +282,7 @@ def test_mail_to_a_killed_conversation_never_resumes_it(
     assert cli("kill", "lead/b").stdout == "lead/b\n"
     sent = cli("mail", "send", "lead/b", "-s", "wake up", "please")
     assert sent.code == 0 and "continues" not in sent.stderr
-    assert control.deliver(w, Conversation(w.conv_root, "lead/b")) is False
+    assert inputs.deliver(w, Conversation(w.conv_root, "lead/b")) is False
     assert Conversation(w.conv_root, "lead/b").events() == []
     assert mail.pending_input(w, "lead/b")  # still there, unread, for a human to see
 

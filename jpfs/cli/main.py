@@ -25,6 +25,7 @@ from jpfs.cli.commands import query as query_cmd
 from jpfs.cli.commands import tree as tree_cmd
 from jpfs.cli.commands import trust as trust_cmd
 from jpfs.cli.context import state
+from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox; cheap)
 
 startup.install()  # before any command runs: keeps pydantic out of start-up
 

@@ -46,7 +46,7 @@ def needs(ws: Workspace, conv: Conversation) -> Verdict:
 
     Besides the state (:mod:`jpfs.state`): unread mail from its caller in ``inbox/``
     is input for a conversation that takes input (empty, waiting, idle, failed); a run
-    turns it into the next user input (:func:`jpfs.control.deliver`).
+    turns it into the next user input (:func:`jpfs.inputs.deliver`).
     """
     if not conv.exists():
         return Verdict(Need.NOTHING)
@@ -62,9 +62,9 @@ def needs(ws: Workspace, conv: Conversation) -> Verdict:
             if misplaced:
                 return Verdict(Need.NOTHING, state, misplaced)
         if _has_mail(conv):
-            from jpfs import control, mail
+            from jpfs import inputs, mail
 
-            if state in control.TAKES_INPUT and mail.pending_input(ws, conv.id):
+            if state in inputs.TAKES_INPUT and mail.pending_input(ws, conv.id):
                 return Verdict(Need.RUN, state, "mail from its caller")
     except FormatError as exc:
         return Verdict(Need.BROKEN, reason=str(exc))

@@ -107,3 +107,20 @@ def _message(error: Any) -> str:
     if kind == "maximum":
         return f"must be at most {value}"
     return str(error.message)
+
+
+# The tools a conversation's profile grants: (its configuration, the agents dir) -> name
+# -> tool. The tools sit above the run loop (jp_query runs sub-agents through it), so
+# the run loop is handed them (jpfs.tools.registry installs its build_tools on import)
+# instead of importing them.
+Toolbox = Callable[[Mapping[str, Any], Path], dict[str, Tool]]
+_toolbox: list[Toolbox] = []
+
+
+def use_toolbox(toolbox: Toolbox) -> None:
+    """Give every Runner without a toolbox of its own this one."""
+    _toolbox[:] = [toolbox]
+
+
+def installed_toolbox() -> Toolbox | None:
+    return _toolbox[0] if _toolbox else None

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from jpfs.errors import ProfileError
-from jpfs.tools.base import Tool
+from jpfs.tools.base import Tool, use_toolbox
 
 
 def catalog(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[str, Tool]:
@@ -36,3 +36,6 @@ def build_tools(config: Mapping[str, Any], agents_dir: Path | None = None) -> di
             raise ProfileError(f"profile {config.get('name')!r} lists unknown tool {name!r}")
         out[name] = tool
     return out
+
+
+use_toolbox(build_tools)
