@@ -51,23 +51,6 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` all at once (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.jpfs-tmp")
-    write_temporary(tmp, text)
-    os.replace(tmp, path)
-
-
-def write_temporary(tmp: Path, text: str) -> None:
-    """Write ``tmp`` whole, or leave nothing behind (a full disk fails mid-write)."""
-    try:
-        tmp.write_text(text, encoding="utf-8")
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 @dataclass(frozen=True)
 class Event:
     seq: int
@@ -162,7 +145,7 @@ class Conversation:
                 doc.pop(key, None)
             else:
                 doc[key] = value
-        write_atomic(self.toml_path, tomlkit.dumps(doc))
+        textfile.write_atomic(self.toml_path, tomlkit.dumps(doc))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -193,7 +176,7 @@ class Conversation:
 
     def write(self, name: str, text: str) -> Path:
         path = self.path / name
-        write_atomic(path, text)
+        textfile.write_atomic(path, text)
         return path
 
     # -- events ----------------------------------------------------------------------
@@ -247,14 +230,8 @@ class Conversation:
             ]
         text = frontmatter.render(full, body)
         path = self.events_dir / f"{seq:04d}-{role}.md"
-        tmp = self.events_dir / f".{seq:04d}-{role}.{os.getpid()}.jpfs-tmp"
-        write_temporary(tmp, text)
-        try:
-            os.link(tmp, path)  # atomic create-if-absent with full content
-        except FileExistsError as exc:
-            raise ExistsError(f"event {path.name} already exists in {self.id}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
+        if not textfile.create_new(path, text):
+            raise ExistsError(f"event {path.name} already exists in {self.id}")
         return Event(seq, role, path, dict(full), body)
 
 
@@ -299,5 +276,5 @@ def create(
     for key, value in (config or {}).items():
         table[key] = value
     doc["config"] = table
-    write_atomic(conv.toml_path, tomlkit.dumps(doc))
+    textfile.write_atomic(conv.toml_path, tomlkit.dumps(doc))
     return conv

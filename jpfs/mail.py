@@ -33,13 +33,12 @@ import datetime as dt
 import hashlib
 import os
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jpfs import frontmatter, gitcli, ids, record, scope
+from jpfs import frontmatter, gitcli, ids, record, scope, textfile
 from jpfs.conversation import INBOX, Conversation, now
 from jpfs.errors import ExistsError, FormatError, IdError, NotFoundError, ScopeError
 
@@ -212,26 +211,12 @@ def _load(ws: Workspace, path: Path) -> Message:
     )
 
 
-def _tmp(ws: Workspace, path: Path) -> Path:
-    """A temporary file outside the conversation tree: a commit of the inbox's directory
-    running meanwhile never sees it (come and go)."""
+def _tmp_dir(ws: Workspace) -> Path:
+    """Temporary files go outside the conversation tree: a commit of the inbox's
+    directory running meanwhile never sees them (come and go)."""
     tmp_dir = ws.local_dir / "tmp"
     tmp_dir.mkdir(parents=True, exist_ok=True)
-    return tmp_dir / f"{path.name}.{os.getpid()}.{threading.get_ident()}.jpfs-tmp"
-
-
-def _write_new(ws: Workspace, path: Path, text: str) -> bool:
-    """Create ``path`` with ``text`` unless it exists (hard link: all or nothing)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(ws, path)
-    tmp.write_text(text, encoding="utf-8")
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-    return True
+    return tmp_dir
 
 
 def send(
@@ -271,7 +256,7 @@ def send(
     )
     path = message_path(ws, to, msg.id)
     event_name = "status" if kind == "status" else "mail"
-    if not _write_new(ws, path, msg.render()):
+    if not textfile.create_new(path, msg.render(), tmp_dir=_tmp_dir(ws)):
         if msg_id is None:
             raise ExistsError(f"message {msg.id} already exists in {to}")
         # A retry after a crash: committing again is a no-op once it is committed.
@@ -313,9 +298,8 @@ def mark_read(ws: Workspace, conv_id: str, msgs: Sequence[Message], *, commit: b
         if msg.read:
             continue
         path = message_path(ws, conv_id, msg.id)
-        tmp = _tmp(ws, path)
-        tmp.write_text(dataclasses.replace(msg, read=True).render(), encoding="utf-8")
-        os.replace(tmp, path)
+        text = dataclasses.replace(msg, read=True).render()
+        textfile.write_atomic(path, text, tmp_dir=_tmp_dir(ws))
         paths.append(path)
         marked.append(msg)
     if commit and paths:

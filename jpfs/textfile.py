@@ -1,4 +1,5 @@
-"""Reading a conversation's files: the one reader for everything jpfs takes from the record.
+"""Reading and writing text files: the one reader for everything jpfs takes from the
+record, and the one atomic writer for everything it writes (record and machine state).
 
 A conversation's files come from editors, agents and clones of other people's
 repositories, so a read must not trust them:
@@ -18,6 +19,12 @@ repositories, so a read must not trust them:
 Every refusal is a :class:`~jpfs.errors.FormatError` naming the path: listings show
 that conversation as broken, the daemon records an error event in it, and every other
 conversation carries on. A missing file raises :class:`FileNotFoundError` as usual.
+
+Writes (:func:`write_atomic`, :func:`write_temporary`) go to a temporary file
+``.NAME.THREAD.PID.jpfs-tmp`` beside the target, then are renamed over it: a reader
+sees the old content or the new, never half. A write that fails (a full disk) leaves
+nothing behind; one whose process died is swept by the daemon's start (the pid is
+last in the name, so a dead writer can be told from a live one).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 from pathlib import Path
 
 from jpfs.errors import FormatError
@@ -105,3 +113,46 @@ def read_upto(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def temporary_path(path: Path, tmp_dir: Path | None = None) -> Path:
+    """Where a write of ``path`` is prepared: beside it (the rename is atomic), or in
+    ``tmp_dir`` (on the same file system) where a directory's readers must not see it."""
+    name = f".{path.name}.{threading.get_ident()}.{os.getpid()}.jpfs-tmp"
+    return (tmp_dir or path.parent) / name
+
+
+def write_temporary(tmp: Path, text: str) -> None:
+    """Write ``tmp`` whole, or leave nothing behind (a full disk fails mid-write)."""
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(path: Path, text: str, *, tmp_dir: Path | None = None) -> None:
+    """Replace ``path`` with ``text`` all at once (a temporary file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(path, tmp_dir)
+    write_temporary(tmp, text)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def create_new(path: Path, text: str, *, tmp_dir: Path | None = None) -> bool:
+    """Create ``path`` with ``text``, all or nothing, unless it exists (False then): a
+    hard link of a complete temporary file never shows a half-written one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(path, tmp_dir)
+    write_temporary(tmp, text)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True

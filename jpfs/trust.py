@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jpfs import textfile
 from jpfs.errors import ProfileError, UntrustedProfile
 from jpfs.profiles import Profile, available, load, profile_path
 
@@ -115,7 +115,5 @@ def _load(local_dir: Path) -> dict[str, str]:
 
 
 def _save(local_dir: Path, known: dict[str, str]) -> None:
-    local_dir.mkdir(parents=True, exist_ok=True)
-    tmp = local_dir / f".{TRUST_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"profiles": known}, indent=1, sort_keys=True) + "\n", "utf-8")
-    os.replace(tmp, local_dir / TRUST_FILE)
+    text = json.dumps({"profiles": known}, indent=1, sort_keys=True) + "\n"
+    textfile.write_atomic(local_dir / TRUST_FILE, text)

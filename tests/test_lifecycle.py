@@ -225,7 +225,6 @@ def test_kill_from_another_process_and_of_a_running_command(
         lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=20, message="the command"
     )
     pid = int(pidfile.read_text())
-    started = time.monotonic()
     assert cli("kill", child).stdout == f"{child}\n"
 
     def gone() -> bool:
@@ -236,8 +235,8 @@ def test_kill_from_another_process_and_of_a_running_command(
             return True
 
     wait_until(gone, timeout=5, message="the command's process to end")
+    # Bounded by the deadlines above, not by a measured time: speed belongs in bench/.
     wait_until(lambda: not locks.is_locked(w.local_dir, child), timeout=5)
-    assert time.monotonic() - started < 1.5
     conv = Conversation(w.conv_root, child)
     assert conv.meta()["status"] == "killed"
     tool = conv.events()[-1]

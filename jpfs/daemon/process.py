@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from jpfs import locks
+from jpfs import locks, textfile
 from jpfs.errors import DaemonError
 from jpfs.workspace import Workspace
 
@@ -121,9 +121,7 @@ def running_pid(files: Files) -> int | None:
 
 
 def write_status(files: Files, data: dict[str, Any]) -> None:
-    tmp = files.status.with_name(f".{STATUS}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, files.status)
+    textfile.write_atomic(files.status, json.dumps(data, indent=1, default=str) + "\n")
 
 
 def read_status(files: Files) -> dict[str, Any]:

@@ -37,7 +37,7 @@ def pid_alive(pid: int) -> bool:
 def sweep_debris(ws: Workspace) -> int:
     """Delete what writers killed mid-way left under the root; returns how many.
 
-    ``.NAME.PID.jpfs-tmp`` files whose writer is dead, and empty directories with a
+    ``.NAME.THREAD.PID.jpfs-tmp`` files whose writer is dead, and empty directories with a
     generated id (``c-01jh...``): a conversation killed between its ``mkdir`` and its
     ``conversation.toml``. A human never names a directory like that.
     """

@@ -19,6 +19,7 @@ import logging
 import os
 from pathlib import Path
 
+from jpfs import textfile
 from jpfs.conversation import ANSWERS, EVENT_RE, EVENTS, INBOX, QUESTIONS, RESULT, Conversation
 from jpfs.daemon.actions import Need
 from jpfs.scope import CONVERSATION_TOML, TASK
@@ -100,14 +101,12 @@ class Seen:
         if not self.dirty:
             return
         path = local / FILE
-        tmp = path.with_name(f".{FILE}.{os.getpid()}.tmp")
         data = {
             "version": VERSION,
             "entries": {k: [s, n.value] for k, (s, n) in self.entries.items()},
         }
         try:
-            tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
-            os.replace(tmp, path)
+            textfile.write_atomic(path, json.dumps(data, separators=(",", ":")))
             self.dirty = False
         except OSError as exc:
             log.warning("cannot save %s: %s", path, exc)
