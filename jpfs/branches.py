@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import hashlib
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
@@ -56,7 +55,7 @@ READY_MARK = "jpfs-ready"
 
 
 def _digest(conv_id: str) -> str:
-    return hashlib.sha1(conv_id.encode()).hexdigest()[:16]
+    return ids.file_key(conv_id, 16)
 
 
 def branch_name(conv_id: str) -> str:
@@ -161,7 +160,7 @@ def commit_tree(
 @contextlib.contextmanager
 def flock(ws: Workspace, key: str) -> Iterator[None]:
     """A short exclusive section across threads and processes (kernel drops it on death)."""
-    path = ws.local_dir / "locks" / f"branches-{hashlib.sha1(key.encode()).hexdigest()[:20]}.lock"
+    path = ws.local_dir / "locks" / f"branches-{ids.file_key(key)}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

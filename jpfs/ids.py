@@ -9,6 +9,7 @@ processes; creation still uses an exclusive ``mkdir`` as the last word.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -75,12 +76,15 @@ def depth(conv_id: str) -> int:
     return len(segments(conv_id))
 
 
-def _encode(value: int, length: int) -> str:
-    out = []
-    for _ in range(length):
-        out.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+def encode(value: int, length: int) -> str:
+    """The low ``5 * length`` bits of ``value`` in Crockford base32 (sortable)."""
+    return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(length)))
+
+
+def file_key(text: str, length: int = 20) -> str:
+    """A flat, fixed-length file name for ``text`` (a conversation id, deep ids
+    included, would otherwise exceed NAME_MAX or need escaping)."""
+    return hashlib.sha1(text.encode()).hexdigest()[:length]
 
 
 def generate(prefix: str = "c") -> str:
@@ -98,4 +102,4 @@ def generate(prefix: str = "c") -> str:
         else:
             rand = int.from_bytes(os.urandom(10), "big")
         _last = (ms, rand)
-    return f"{prefix}-{_encode(ms, 10)}{_encode(rand & ((1 << 80) - 1), 16)}"
+    return f"{prefix}-{encode(ms, 10)}{encode(rand & ((1 << 80) - 1), 16)}"

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from jpfs import ids
 from jpfs.errors import LockError
 
 
 def lock_path(local_dir: Path, conv_id: str) -> Path:
-    # A flat, fixed-length name: deep ids would otherwise exceed NAME_MAX.
-    digest = hashlib.sha1(conv_id.encode()).hexdigest()[:20]
-    return local_dir / "locks" / f"{digest}.lock"
+    return local_dir / "locks" / f"{ids.file_key(conv_id)}.lock"
 
 
 @contextlib.contextmanager

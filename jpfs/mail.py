@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 HUMAN = "@human"
 KINDS = ("message", "status")
 MESSAGE_ID_RE = re.compile(r"m-[0-9a-z]{26}")
-_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 _DURATION_RE = re.compile(r"^\s*\d+(?:\.\d+)?\s*[smhdw]\s*$")
 
 
@@ -112,10 +111,6 @@ def check_message_id(msg_id: str) -> str:
     return msg_id
 
 
-def _encode(value: int, length: int) -> str:
-    return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(length)))
-
-
 def status_id(conv_id: str, seq: int, created: dt.datetime) -> str:
     """The id of the status report of ``conv_id``'s event ``seq``: the same on every retry.
 
@@ -124,7 +119,7 @@ def status_id(conv_id: str, seq: int, created: dt.datetime) -> str:
     """
     ms = int(created.timestamp() * 1000)
     digest = int.from_bytes(hashlib.sha1(f"{conv_id}@{seq}".encode()).digest()[:10], "big")
-    return f"m-{_encode(ms, 10)}{_encode(digest, 16)}"
+    return f"m-{ids.encode(ms, 10)}{ids.encode(digest, 16)}"
 
 
 def inbox_dir(ws: Workspace, conv_id: str) -> Path:

@@ -6,17 +6,13 @@ so these commands return at once; a running daemon may pick them up instead.
 
 from __future__ import annotations
 
-import os
-import shlex
-import subprocess
-import sys
-import tempfile
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from jpfs.cli.commands.conversation import RootId
 from jpfs.cli.context import note, out, state
+from jpfs.cli.editor import edit
 
 if TYPE_CHECKING:
     from jpfs.workspace import Workspace
@@ -79,23 +75,7 @@ def kill(
 
 def compose(parent: str) -> str:
     """The task from $VISUAL/$EDITOR (comments dropped), or stdin without an editor."""
-    from jpfs.state import COMMENT_RE
-
-    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
-    if not editor:
-        return sys.stdin.read().strip()
-    with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False, encoding="utf-8") as fh:
-        fh.write(CAPTURE_TEMPLATE.format(parent=parent))
-        path = fh.name
-    try:
-        # The editor setting is the user's own command line, split as a shell would;
-        # the file name stays a separate argv item.
-        subprocess.run([*shlex.split(editor), path], check=True)
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    finally:
-        os.unlink(path)
-    return COMMENT_RE.sub("", text).strip()
+    return edit(CAPTURE_TEMPLATE.format(parent=parent))
 
 
 def capture(
@@ -112,12 +92,7 @@ def capture(
 
     ws = state.ws()
     parent = resolve(ws, parent or lifecycle.require_active(ws), root_id)
-    try:
-        task = compose(parent)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        from jpfs.errors import ConfigError
-
-        raise ConfigError(f"the editor failed ({exc}); check $VISUAL / $EDITOR") from exc
+    task = compose(parent)
     if not task:
         from jpfs.errors import JpfsError
 

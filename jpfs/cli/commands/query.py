@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
@@ -13,6 +10,7 @@ import typer
 
 from jpfs.cli.commands.conversation import RootId
 from jpfs.cli.context import note, out, state
+from jpfs.cli.editor import edit
 
 if TYPE_CHECKING:
     from jpfs.errors import JpfsError
@@ -221,33 +219,9 @@ ANSWER_TEMPLATE = """\
 
 
 def edit_answer(questions: str) -> str:
-    from jpfs.errors import ConfigError
-
-    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
-    if not editor:
-        return sys.stdin.read()
-    with tempfile.NamedTemporaryFile("w+", suffix=".md", delete=False, encoding="utf-8") as fh:
-        fh.write(
-            ANSWER_TEMPLATE.format(questions="\n".join(f"> {q}" for q in questions.splitlines()))
-        )
-        path = fh.name
-    try:
-        import shlex
-
-        # The editor command is the user's own setting, split like a shell would;
-        # the file name is a separate argv item.
-        try:
-            subprocess.run([*shlex.split(editor), path], check=True)
-        except (OSError, subprocess.CalledProcessError) as exc:
-            raise ConfigError(f"the editor {editor!r} failed ({exc}); nothing was sent") from exc
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    finally:
-        os.unlink(path)
-    from jpfs.state import COMMENT_RE
-
-    kept = [ln for ln in COMMENT_RE.sub("", text).splitlines() if not ln.startswith(">")]
-    return "\n".join(kept).strip()
+    """The answers from $VISUAL/$EDITOR (the questions quoted above), or stdin."""
+    quoted = "\n".join(f"> {q}" for q in questions.splitlines())
+    return edit(ANSWER_TEMPLATE.format(questions=quoted), keep=lambda ln: not ln.startswith(">"))
 
 
 def answer(
