@@ -9,10 +9,12 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package to the version the suite last passed with, so a
+# fresh machine tests what we tested (refresh: pip freeze --exclude-editable).
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # The real clients that tests/test_client_*.py drive (Claude Code), at the versions pinned

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+import click
 import typer
 
 from jpfs.errors import JpfsError
@@ -48,7 +49,7 @@ def error(message: str) -> None:
     sys.stderr.write(f"jpfs: error: {one_line(message)}\n")
 
 
-def _usage(exc: typer.TyperException) -> str:
+def _usage(exc: click.ClickException) -> str:
     """A usage error's message, and where to read the usage."""
     message = str(getattr(exc, "format_message", exc.__str__)())
     ctx = getattr(exc, "ctx", None)
@@ -63,7 +64,7 @@ def run(fn: Callable[[], int | None]) -> int:
     except JpfsError as exc:
         error(str(exc))
         return exc.exit_code
-    except typer.TyperException as exc:  # click's usage errors
+    except click.ClickException as exc:  # usage errors
         show = getattr(exc, "show", None)
         if type(exc).__name__ == "NoArgsIsHelpError" and callable(show):
             show()  # the help, as asked for by giving nothing

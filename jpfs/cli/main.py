@@ -27,8 +27,6 @@ from jpfs.cli.commands import trust as trust_cmd
 from jpfs.cli.context import state
 from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox; cheap)
 
-startup.install()  # before any command runs: keeps pydantic out of start-up
-
 app = typer.Typer(
     name="jpfs",
     help="Delegate work to LLM sub-agents through plain files in a git repository.",

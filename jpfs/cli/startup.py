@@ -1,63 +1,23 @@
 """What keeps ``jpfs`` start-up cheap (measured in bench/bench_cli.py, see bench/RESULTS.md).
 
-* Recent typer versions convert every parameter value through a pydantic
-  ``TypeAdapter``: importing pydantic and building the adapters cost ~100 ms per
-  command. Most values need no conversion: an option that was not given (``None``)
-  or a string for a ``str`` parameter. :func:`install` answers those directly; any
-  other value still goes through typer's own coercion, built on first use. With a
-  typer that lacks the hook it wraps, it does nothing.
-* typer builds the click command of every registered command (signatures, type
-  hints) before parsing anything, a cost that grows with each command group.
-  :func:`only` hands it just the group or command being invoked.
+typer builds the click command of every registered command (signatures, type hints)
+before parsing anything, a cost that grows with each command group. :func:`only` hands
+it just the group or command being invoked, through typer's public attributes
+(``registered_groups``, ``registered_commands``) and ``typer.main.get_command``.
+
+typer is pinned below 0.25 (pyproject.toml): from 0.25 on it converts every parameter
+through a pydantic ``TypeAdapter`` (about 70 ms more per command here) and no public
+API turns that off; 0.24 parses with click, as jpfs needs.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
 import typer
 from typer.core import TyperOption
 from typer.main import get_command
-
-
-def install() -> None:
-    try:
-        from typer import core
-        from typer._coercion import RuntimeParam, TypeDescriptor
-    except ImportError:
-        return
-    found = getattr(core, "build_runtime_param", None)
-    if found is None or getattr(found, "jpfs_lazy", False):
-        return
-    build: Callable[[TypeDescriptor], RuntimeParam] = found
-
-    @dataclass(frozen=True)
-    class LazyRuntimeParam(RuntimeParam):
-        descriptor: TypeDescriptor | None = None
-        built: dict[str, RuntimeParam] = field(default_factory=dict)
-
-        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            # RuntimeParam.coerce has already answered None (an absent option).
-            if type(value) is str and self.annotation is str and self.parameter_info.parser is None:
-                return value
-            if "real" not in self.built:
-                self.built["real"] = build(self.descriptor)  # type: ignore[arg-type]
-            return self.built["real"]._coerce_value(value, param=param, ctx=ctx)
-
-    def lazy_build(descriptor: TypeDescriptor) -> RuntimeParam:
-        if descriptor.file_annotation is not None:
-            return build(descriptor)
-        return LazyRuntimeParam(
-            parameter_info=descriptor.parameter_info,
-            annotation=descriptor.annotation,
-            descriptor=descriptor,
-        )
-
-    lazy_build.jpfs_lazy = True  # type: ignore[attr-defined]
-    core.build_runtime_param = lazy_build  # type: ignore[attr-defined]
 
 
 def _pruned(app: typer.Typer, name: str | None) -> typer.Typer:
