@@ -28,7 +28,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-import jpfs
 from jpfs.mcp.caller import Caller, definitions
 from jpfs.runtime import Progress
 
@@ -81,11 +80,22 @@ def build(caller: Caller) -> Server[Any]:
 
     return Server(
         "jpfs",
-        version=jpfs.__version__,
+        version=_version(),
         instructions=instructions(caller),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def _version() -> str:
+    # From the installed package's metadata, as `jpfs --version` reads it: importing
+    # the root package would reach the library API above this adapter.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jpfs")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 async def set_when_cancelled(cancel: threading.Event) -> None:
