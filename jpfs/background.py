@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 
 from jpfs import locks
 from jpfs.conversation import Conversation
-from jpfs.errors import JpfsError, LockError
-from jpfs.providers.base import Cancelled
+from jpfs.errors import Cancelled, JpfsError, LockError
 
 if TYPE_CHECKING:
     from jpfs.runtime import Runner

@@ -186,14 +186,17 @@ def load(
 def set_in_file(path: Path, key: str, raw: str) -> Any:
     """Set ``key`` in a config file, keeping its comments and order (tomlkit)."""
     import tomlkit
+    import tomlkit.exceptions
 
     value = check(key, parse_value(raw), f"{path}")
     try:
         doc = (
             tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
         )
-    except Exception as exc:  # tomlkit raises its own ParseError family
+    except tomlkit.exceptions.TOMLKitError as exc:
         raise ConfigError(f"{path}: malformed TOML: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from exc
     *tables, leaf = key.split(".")
     node: Any = doc
     for name in tables:

@@ -132,13 +132,14 @@ class Conversation:
     def update(self, **fields: Any) -> None:
         """Set fields in conversation.toml, keeping a human's comments and key order."""
         import tomlkit  # writers only: listing must not pay for the import
+        import tomlkit.exceptions
 
         try:
             text = textfile.read_text(self.toml_path, self.root)
             doc = tomlkit.parse(text)
         except FileNotFoundError:
             doc = tomlkit.parse(HEADER)
-        except Exception as exc:  # tomlkit's ParseError family
+        except tomlkit.exceptions.TOMLKitError as exc:
             raise FormatError(f"{self.toml_path}: malformed TOML: {exc}") from exc
         for key, value in fields.items():
             if value is None:

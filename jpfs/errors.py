@@ -24,6 +24,8 @@ tomlkit, anthropic, OS) are translated once, where they happen, with
     │   └── RepositoryFault   the repository cannot be read or written now (read-only,
     │                         full disk, corrupt object): not the conversation's fault
     ├── ProviderError         the model provider failed after retries
+    ├── Cancelled             a run was cancelled (kill, daemon stop, Ctrl-C): not a
+    │                         failure of anyone's; exit 130 at the command line
     ├── ToolError             a tool call was refused or failed (returned to the model)
     │   └── ToolFailure       it ran and failed; carries its full result (a failed sub-agent)
     ├── DaemonError           daemon start/stop/status problems
@@ -107,6 +109,12 @@ class RepositoryFault(GitError):
 
 class ProviderError(JpfsError):
     pass
+
+
+class Cancelled(JpfsError):
+    """The run was cancelled (kill, daemon stop) while a provider or tool worked."""
+
+    exit_code = 130
 
 
 class ToolError(JpfsError):

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from jpfs import branches, frontmatter, ids, mail, scope, tree
 from jpfs.conversation import RESULT, Conversation, now
-from jpfs.errors import JpfsError
-from jpfs.providers.base import Cancelled
+from jpfs.errors import Cancelled, JpfsError
 from jpfs.state import State
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jpfs.conversation import ANSWERS, EVENTS, FILES, QUESTIONS, RESULT
-from jpfs.providers.base import Cancelled
+from jpfs.errors import Cancelled
 from jpfs.scope import CONVERSATION_TOML, TASK
 from jpfs.state import State
 

@@ -38,6 +38,7 @@ from jpfs import (
 )
 from jpfs.conversation import ANSWERS, RESULT, TASK, Conversation, now
 from jpfs.errors import (
+    Cancelled,
     FormatError,
     JpfsError,
     LimitError,
@@ -45,7 +46,7 @@ from jpfs.errors import (
     ProviderError,
     ToolFailure,
 )
-from jpfs.providers.base import Cancelled, Provider, Reply, Request
+from jpfs.providers.base import Provider, Reply, Request
 from jpfs.record import agent_identity
 from jpfs.state import State
 from jpfs.tools.base import Tool, Toolbox, ToolContext, check_arguments, installed_toolbox

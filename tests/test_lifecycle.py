@@ -15,10 +15,9 @@ import pytest
 
 from jpfs import background, control, locks, mail, reports, tree
 from jpfs.conversation import Conversation
-from jpfs.errors import LimitError, NotFoundError, ScopeError
+from jpfs.errors import Cancelled, LimitError, NotFoundError, ScopeError
 from jpfs.history import parse_trailers
 from jpfs.lifecycle import new_conversation
-from jpfs.providers.base import Cancelled
 from jpfs.query import query
 from jpfs.runtime import Runner
 from jpfs.state import State

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from jpfs.errors import ProviderError
+from jpfs.errors import Cancelled, ProviderError
 from jpfs.providers.anthropic import AnthropicProvider, _retry_after
-from jpfs.providers.base import Cancelled, Reply, Request, ToolSpec
+from jpfs.providers.base import Reply, Request, ToolSpec
 from tests.messages_server import (
     MessagesServer,
     Response,

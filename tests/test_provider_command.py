@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jpfs.errors import ProfileError, ProviderError
-from jpfs.providers.base import Cancelled, Reply, Request
+from jpfs.errors import Cancelled, ProfileError, ProviderError
+from jpfs.providers.base import Reply, Request
 from jpfs.providers.command import CommandProvider, render_prompt
 
 PY = sys.executable

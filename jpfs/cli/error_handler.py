@@ -34,7 +34,7 @@ def _log_path() -> Path:
         local = find_root(state.workspace) / ".jpfs" / "local"
         local.mkdir(parents=True, exist_ok=True)
         return local / "jpfs.log"
-    except Exception:
+    except (JpfsError, OSError):  # no workspace, or not writable: the temp dir will do
         return Path(tempfile.gettempdir()) / f"jpfs-{os.getuid()}.log"
 
 

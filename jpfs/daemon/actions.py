@@ -17,8 +17,8 @@ from typing import Any
 
 from jpfs import frontmatter, lifecycle, record, tree
 from jpfs.conversation import ANSWERS, INBOX, QUESTIONS, Conversation, now
-from jpfs.errors import FormatError, ProfileError
-from jpfs.providers.base import Cancelled, Reply, Request
+from jpfs.errors import Cancelled, FormatError, ProfileError
+from jpfs.providers.base import Reply, Request
 from jpfs.runtime import Runner
 from jpfs.scope import TASK
 from jpfs.state import AGENT_ACTS, ROUND_RE, State, derive, has_content, split_rounds

@@ -32,8 +32,8 @@ from jpfs.daemon.actions import DaemonRunner, Need
 from jpfs.daemon.pool import Job, Pool
 from jpfs.daemon.reconciler import Reconciler
 from jpfs.daemon.watcher import watch
-from jpfs.errors import ConfigError, JpfsError, LockError, RepositoryFault
-from jpfs.providers.base import Cancelled, Provider
+from jpfs.errors import Cancelled, ConfigError, JpfsError, LockError, RepositoryFault
+from jpfs.providers.base import Provider
 from jpfs.state import State
 from jpfs.workspace import Workspace
 

@@ -22,8 +22,7 @@ from typing import Any
 from jpfs import ids, lifecycle, locks, profiles, record, scope, tree
 from jpfs.control import find_child_for_call
 from jpfs.conversation import Conversation
-from jpfs.errors import ConfigError, JpfsError, LockError
-from jpfs.providers.base import Cancelled
+from jpfs.errors import Cancelled, ConfigError, JpfsError, LockError
 from jpfs.runtime import Progress, Runner
 from jpfs.state import AGENT_ACTS
 from jpfs.tools.base import Tool, ToolContext

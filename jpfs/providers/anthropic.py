@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jpfs.errors import ProviderError
-from jpfs.providers.base import Cancelled, JsonDict, Reply, Request, ToolCall, Usage
+from jpfs.errors import Cancelled, ProviderError
+from jpfs.providers.base import JsonDict, Reply, Request, ToolCall, Usage
 
 if TYPE_CHECKING:
     import ssl

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from jpfs.errors import ProviderError
-
 JsonDict = dict[str, Any]
 
 
@@ -72,10 +70,6 @@ class Reply:
     usage: Usage = Usage()
     model: str = ""
     stop_reason: str = "end_turn"
-
-
-class Cancelled(ProviderError):
-    """The run was cancelled (kill, daemon stop) while the provider was working."""
 
 
 class Provider(Protocol):

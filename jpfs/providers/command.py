@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jpfs.errors import ProfileError, ProviderError
-from jpfs.providers.base import Cancelled, Reply, Request, Usage
+from jpfs.errors import Cancelled, ProfileError, ProviderError
+from jpfs.providers.base import Reply, Request, Usage
 
 # How often the waiting caller looks at the cancel flag and the deadline.
 _POLL_SECONDS = 0.05

@@ -34,8 +34,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from jpfs.errors import ProviderError
-from jpfs.providers.base import Cancelled, JsonDict, Reply, Request, ToolCall, Usage
+from jpfs.errors import Cancelled, ProviderError
+from jpfs.providers.base import JsonDict, Reply, Request, ToolCall, Usage
 
 
 class _Blank(dict[str, str]):
