@@ -31,6 +31,7 @@ $(CLIENTS_STAMP): $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
 lint: $(STAMP)
 	$(BIN)/ruff check jpfs tests bench
 	$(BIN)/ruff format --check jpfs tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -15,7 +15,7 @@ commands on the full tree take seconds each, so they run --repeat-tree times):
 * ``jpfs conversation grep P`` against ``git grep P`` on the conversation root, for a
   pattern with a few hundred matches and one with none (target: within 1.2x); plus
   the ``git grep`` jpfs actually runs (same flags; and with ``--untracked``, for
-  reference) and ``jpfs.search.grep`` in process.
+  reference) and ``jpfs.services.search.grep`` in process.
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -94,14 +94,14 @@ def bench_startup(empty: Path, repeat: int) -> dict[str, Any]:
 
 
 def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[str, Any]:
-    from jpfs import tree
-    from jpfs.workspace import open_workspace
+    from jpfs.core import tree
+    from jpfs.core.workspace import open_workspace
 
     conv_root = open_workspace(ws, search=False).conv_root
     listed = len(tree.listing(conv_root))
     if listed != conversations:
         raise RuntimeError(f"listing saw {listed} conversations, expected {conversations}")
-    from jpfs.conversation import Conversation
+    from jpfs.core.conversation import Conversation
 
     ids = list(tree.walk(conv_root))
     got = measure_interleaved(
@@ -148,8 +148,8 @@ def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[
 
 
 def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
-    from jpfs import search
-    from jpfs.workspace import open_workspace
+    from jpfs.core.workspace import open_workspace
+    from jpfs.services import search
 
     workspace = open_workspace(ws, search=False)
     record = workspace.conv_root  # the record worktree: git runs there, on its branch
@@ -193,7 +193,7 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
                 jpfs,
                 f" {verdict(jpfs.median, base, GREP_TARGET)}",
             ),
-            row("jpfs.search.grep() in process", inproc),
+            row("jpfs.services.search.grep() in process", inproc),
         ]
         out[label.replace(" ", "_")] = {
             "pattern": pattern,

@@ -1,4 +1,4 @@
-"""Benchmark jpfs.committer against a raw git plumbing loop.
+"""Benchmark jpfs.infra.committer against a raw git plumbing loop.
 
 Usage: python bench/bench_commit.py [--files 10000] [--commits N] [--threads 50]
                                     [--writes K] [--quick]
@@ -34,7 +34,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jpfs.committer import Change, Committer
+from jpfs.infra.committer import Change, Committer
 
 _ENV = {
     "GIT_AUTHOR_NAME": "Bench",

@@ -14,7 +14,7 @@ Every number comes from a real ``jpfs daemon run`` process on a real repository:
   ``mkdir`` (no close event seen, so the edit waits ``daemon.settle``).
 * throughput: N conversations (default 50) saved at once, until all are idle, with a
   zero-latency scripted agent (jpfs overhead only; baseline: the same conversations
-  run one after another in one process with ``jpfs.query``) and with a 200 ms scripted
+  run one after another in one process with ``jpfs.services.query``) and with a 200 ms scripted
   model turn (what concurrency buys: ``daemon.max_agents`` runs at once).
 * memory: the daemon's RSS once ready on a tree of N idle conversations (default
   10,000), against a daemon on an empty tree; and the scans: the first start (reads
@@ -192,8 +192,8 @@ class Daemon:
 
 
 def wait_idle(ws: Path, ids: list[str], timeout: float) -> None:
-    from jpfs import tree
-    from jpfs.conversation import Conversation
+    from jpfs.core import tree
+    from jpfs.core.conversation import Conversation
 
     deadline = time.monotonic() + timeout
     pending = list(ids)
@@ -257,7 +257,7 @@ def latency(base: Path, tasks: int, new_dir_tasks: int) -> dict[str, Stats]:
     arrivals = Arrivals()
     ws = make_workspace(base / "latency")
     add_profile(ws, "http", HTTP_AGENT)
-    from jpfs.config import set_in_file
+    from jpfs.core.config import set_in_file
 
     set_in_file(ws / ".jpfs" / "config.toml", "conversations.default_agent", '"http"')
     root = ws / "conversations"
@@ -298,7 +298,7 @@ def latency(base: Path, tasks: int, new_dir_tasks: int) -> dict[str, Stats]:
 def throughput(base: Path, n: int, agent: str, text: str, max_agents: int) -> float:
     ws = make_workspace(base / f"throughput-{agent}-{max_agents}")
     add_profile(ws, agent, text)
-    from jpfs.config import set_in_file
+    from jpfs.core.config import set_in_file
 
     config = ws / ".jpfs" / "config.toml"
     set_in_file(config, "conversations.default_agent", f'"{agent}"')
@@ -320,8 +320,8 @@ def throughput(base: Path, n: int, agent: str, text: str, max_agents: int) -> fl
 
 
 def sequential_in_process(base: Path, n: int) -> float:
-    from jpfs.query import query
-    from jpfs.workspace import open_workspace
+    from jpfs.core.workspace import open_workspace
+    from jpfs.services.query import query
 
     ws_root = make_workspace(base / "sequential")
     add_profile(ws_root, "zero", ZERO_AGENT)
@@ -339,7 +339,7 @@ def memory(base: Path, conversations: int) -> dict[str, float]:
     daemon.stop()
     ws = make_workspace(base / "mem-tree")
     tree = populate(ws, conversations, events=2)
-    from jpfs.config import set_in_file
+    from jpfs.core.config import set_in_file
 
     set_in_file(ws / ".jpfs" / "config.toml", "daemon.scan_interval", "2")
     daemon = Daemon(ws)  # first start: reads every conversation
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         zero4 = throughput(base, n, "zero", ZERO_AGENT, 4)
         slow8 = throughput(base, n, "slow", SLOW_AGENT, 8)
         rows = [
-            ["in-process jpfs.query, one after another", f"{seq:.2f}s", f"{n / seq:.1f}", "1.0x"],
+            ["in-process jpfs.services.query, one after another", f"{seq:.2f}s", f"{n / seq:.1f}", "1.0x"],
             ["daemon, zero-latency agent, max_agents=4", f"{zero4:.2f}s", f"{n / zero4:.1f}",
              ratio(zero4, seq)],
             ["daemon, 200 ms model turn, max_agents=8", f"{slow8:.2f}s", f"{n / slow8:.1f}",

@@ -49,10 +49,10 @@ from bench.common import (
     print_table,
     temp_dir,
 )
-from jpfs import record
-from jpfs.conversation import Conversation, create
-from jpfs.runtime import Runner
-from jpfs.workspace import Workspace, open_workspace
+from jpfs.core import record
+from jpfs.core.conversation import Conversation, create
+from jpfs.core.workspace import Workspace, open_workspace
+from jpfs.services.runtime import Runner
 
 _BODY = "The parser rejects empty input; see src/parse.py line 40. " * 4
 
@@ -168,7 +168,7 @@ def bench_index_codec(ws: Workspace, repeat: int) -> dict[str, Stats]:
 
     import pygit2
 
-    from jpfs.committer.indexfile import FastIndex
+    from jpfs.infra.committer.indexfile import FastIndex
 
     gitdir = Path(git(ws.conv_root, "rev-parse", "--path-format=absolute", "--git-dir"))
     source = gitdir / "index"

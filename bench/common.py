@@ -89,7 +89,7 @@ def temp_dir(prefix: str = "jpfs-bench-") -> Iterator[Path]:
 
 def make_workspace(path: Path) -> Path:
     """A git repo with one commit and an initialised jpfs workspace (identity pinned)."""
-    from jpfs.bootstrap import init_workspace
+    from jpfs.services.bootstrap import init_workspace
 
     pin_environment()
     path.mkdir(parents=True)
@@ -125,9 +125,9 @@ def add_profile(ws_root: Path, name: str, text: str) -> None:
 def _record_template(ws_root: Path) -> str:
     """A real conversation.toml (the default profile's [config] snapshot included),
     made by jpfs itself, with the id-specific fields as placeholders."""
-    from jpfs.conversation import create
-    from jpfs.lifecycle import agent_config
-    from jpfs.workspace import open_workspace
+    from jpfs.core.conversation import create
+    from jpfs.core.workspace import open_workspace
+    from jpfs.services.lifecycle import agent_config
 
     ws = open_workspace(ws_root, search=False)
     conv = create(

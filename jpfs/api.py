@@ -21,14 +21,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from jpfs import ids, lifecycle, onboarding, scope
-from jpfs.conversation import ANSWERS, QUESTIONS, TASK, Conversation, create
+from jpfs.core import ids, scope
+from jpfs.core.conversation import ANSWERS, QUESTIONS, TASK, Conversation, create
+from jpfs.core.state import State
+from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import StateError
-from jpfs.query import Outcome, outcome, query
-from jpfs.runtime import Progress, Runner
-from jpfs.state import State
+from jpfs.services import lifecycle, onboarding
+from jpfs.services.query import Outcome, outcome, query
+from jpfs.services.runtime import Progress, Runner
 from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox)
-from jpfs.workspace import Workspace, open_workspace
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def spawn(ws: Workspace, template_id: str, task: str) -> Conversation:
     for name in (QUESTIONS, ANSWERS):
         if template.file(name).exists():
             shutil.copyfile(template.file(name), child.file(name))
-    from jpfs import record
+    from jpfs.core import record
 
     record.commit(
         ws, child.id, "task", agent=str(meta.get("agent", "")), note=f"from {template.id}"

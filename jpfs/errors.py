@@ -56,7 +56,7 @@ class ProfileError(ConfigError):
 
 
 class UntrustedProfile(ProfileError):
-    """A profile that runs local programs is not trusted on this machine (jpfs.trust)."""
+    """A profile that runs local programs is not trusted on this machine (jpfs.services.trust)."""
 
 
 class FormatError(JpfsError):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from jpfs.workspace import Workspace
+    from jpfs.core.workspace import Workspace
 
 
 @dataclass
@@ -30,7 +30,7 @@ class State:
     _ws: Workspace | None = None
 
     def ws(self, extra_cfg: list[str] | None = None) -> Workspace:
-        from jpfs.workspace import open_workspace
+        from jpfs.core.workspace import open_workspace
 
         if extra_cfg:
             return open_workspace(self.workspace, [*self.cfg, *extra_cfg])
@@ -41,7 +41,7 @@ class State:
     def local_dir(self) -> Path:
         """``.jpfs/local`` of the workspace, found without loading its configuration:
         daemon control works whatever config.toml says."""
-        from jpfs.workspace import LOCAL_DIR, find_root
+        from jpfs.core.workspace import LOCAL_DIR, find_root
 
         if self.workspace is not None and (self.workspace / ".jpfs").is_dir():
             return self.workspace.resolve() / LOCAL_DIR

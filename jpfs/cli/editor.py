@@ -14,8 +14,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 
+from jpfs.core.state import COMMENT_RE
 from jpfs.errors import ConfigError
-from jpfs.state import COMMENT_RE
 
 
 def edit(template: str, *, keep: Callable[[str], bool] = lambda line: True) -> str:

@@ -29,7 +29,7 @@ def _log_path() -> Path:
     from jpfs.cli.context import state
 
     try:
-        from jpfs.workspace import find_root
+        from jpfs.core.workspace import find_root
 
         local = find_root(state.workspace) / ".jpfs" / "local"
         local.mkdir(parents=True, exist_ok=True)

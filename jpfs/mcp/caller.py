@@ -5,7 +5,7 @@ top-level ``mcp-…`` conversation created on the first tool call (a client that
 lists tools leaves no trace). The tools are the registry's own (one source for the
 schemas and descriptions the agents see), run with a synthetic caller profile whose
 ``tools.agents`` is the allowed profiles and ``tools.allow`` the exported tools; the
-tools check every id against R's subtree themselves (:func:`jpfs.scope.resolve`).
+tools check every id against R's subtree themselves (:func:`jpfs.core.scope.resolve`).
 
 Nothing here imports the ``mcp`` SDK: ``jpfs tools`` uses this module too.
 """
@@ -19,15 +19,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jpfs import ids, lifecycle, locks, profiles, record, scope, tree
-from jpfs.control import find_child_for_call
-from jpfs.conversation import Conversation
+from jpfs.core import ids, locks, profiles, record, scope, tree
+from jpfs.core.conversation import Conversation
+from jpfs.core.state import AGENT_ACTS
+from jpfs.core.tool import Tool, ToolContext
+from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, ConfigError, JpfsError, LockError
-from jpfs.runtime import Progress, Runner
-from jpfs.state import AGENT_ACTS
-from jpfs.tools.base import Tool, ToolContext
+from jpfs.services import lifecycle
+from jpfs.services.control import find_child_for_call
+from jpfs.services.runtime import Progress, Runner
 from jpfs.tools.registry import build_tools, catalog
-from jpfs.workspace import Workspace
 
 log = logging.getLogger("jpfs.mcp")
 

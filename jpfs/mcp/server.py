@@ -29,7 +29,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from jpfs.mcp.caller import Caller, definitions
-from jpfs.runtime import Progress
+from jpfs.services.runtime import Progress
 
 
 def instructions(caller: Caller) -> str:

@@ -1,7 +1,7 @@
 """Branch tools for callers of ``workspace = "branch"`` sub-agents: ``merge``,
 ``branch_diff`` and ``branch_discard``.
 
-Caller only: every id goes through :func:`jpfs.scope.resolve` with the calling
+Caller only: every id goes through :func:`jpfs.core.scope.resolve` with the calling
 conversation as the scope, so only its strict descendants can be named. Best-of-N is
 these three: start N implementers on one task, compare their ``branch_diff``, ``merge``
 the best and ``branch_discard`` the rest.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jpfs.tools.base import JsonDict, Tool, ToolContext
+from jpfs.core.tool import JsonDict, Tool, ToolContext
 
 DIFF_MAX_CHARS = 100_000
 
@@ -27,20 +27,21 @@ def _author(ctx: ToolContext) -> Any:
     name = config.get("name") if isinstance(config, Mapping) else None
     if not ctx.conversation or not name:
         return None
-    from jpfs.record import agent_identity
+    from jpfs.core.record import agent_identity
 
     return agent_identity(str(name))
 
 
 def merge_tool(ctx: ToolContext, args: JsonDict) -> str:
-    from jpfs import merge
+    from jpfs.services import merge
 
     result = merge.merge(_ws(ctx), str(args["id"]), within=ctx.conversation, author=_author(ctx))
     return result.summary()
 
 
 def branch_diff(ctx: ToolContext, args: JsonDict) -> str:
-    from jpfs import branches, scope
+    from jpfs.core import scope
+    from jpfs.services import branches
 
     ws = _ws(ctx)
     conv_id = scope.resolve(ws.conv_root, str(args["id"]), within=ctx.conversation)
@@ -54,7 +55,7 @@ def branch_diff(ctx: ToolContext, args: JsonDict) -> str:
 
 
 def branch_discard(ctx: ToolContext, args: JsonDict) -> str:
-    from jpfs import worktrees
+    from jpfs.services import worktrees
 
     done = worktrees.discard(_ws(ctx), str(args["id"]), within=ctx.conversation)
     return "discarded the branch and worktree of " + ", ".join(done)

@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.errors import ToolError
-from jpfs.tools.base import JsonDict, Tool, ToolContext
 from jpfs.tools.command_spec import (
     _BASE_ENV,
     CommandParam,

@@ -1,6 +1,6 @@
 """Sub-agent tools: ``jp_query`` and ``jp_conversation_list|print|grep``.
 
-Every id a model passes is checked by :func:`jpfs.scope.resolve` against the calling
+Every id a model passes is checked by :func:`jpfs.core.scope.resolve` against the calling
 conversation's subtree: only strict descendants can be named. The profiles a caller
 may start are its profile's ``tools.agents``; the schema's enum says so, and the
 implementation checks again (a schema is advice to the model, not a boundary).
@@ -13,14 +13,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jpfs import control, profiles, record, scope, search, transcript, tree
-from jpfs.conversation import Conversation
+from jpfs.core import profiles, record, scope, transcript, tree
+from jpfs.core.conversation import Conversation
+from jpfs.core.state import State
+from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.errors import ProfileError, ToolError, ToolFailure
-from jpfs.state import State
-from jpfs.tools.base import JsonDict, Tool, ToolContext
+from jpfs.services import control, search
 
 if TYPE_CHECKING:
-    from jpfs.query import Outcome
+    from jpfs.services.query import Outcome
 
 
 def _ws(ctx: ToolContext) -> Any:
@@ -37,7 +38,7 @@ def allowed_agents(config: Mapping[str, Any]) -> list[str]:
 
 
 def jp_query(ctx: ToolContext, args: JsonDict) -> str:
-    from jpfs.query import query
+    from jpfs.services.query import query
 
     ws = _ws(ctx)
     config = _caller_config(ctx)

@@ -1,6 +1,6 @@
 """File tools for agents: read, list, grep, write, modify under ``ctx.files_root``.
 
-All confinement lives in :mod:`jpfs.safefs`; this module adds the profile's write
+All confinement lives in :mod:`jpfs.infra.safefs`; this module adds the profile's write
 permission (``ctx.writable`` globs) and formats results for a model, with explicit
 notes whenever something was cut.
 
@@ -18,9 +18,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from jpfs import safefs, safescan
+from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.errors import ScopeError, ToolError
-from jpfs.tools.base import JsonDict, Tool, ToolContext
+from jpfs.infra import safefs, safescan
 
 READ_CAP_BYTES = 2_000_000
 READ_DEFAULT_LINES = 2000

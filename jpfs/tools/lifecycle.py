@@ -1,6 +1,6 @@
 """Lifecycle tools: ``fork``, ``kill``, ``jp_await`` and ``mail_send|check|read|delete|filter``.
 
-Thin adapters over :mod:`jpfs.control`, :mod:`jpfs.reports` and :mod:`jpfs.mail`; the
+Thin adapters over :mod:`jpfs.services.control`, :mod:`jpfs.services.reports` and :mod:`jpfs.services.mail`; the
 caller is always ``ctx.conversation`` (never an id the model supplies), so scope
 holds however the model words its arguments. Results are JSON; every tool that
 creates or names a conversation returns its id as ``conversation_id``. An agent
@@ -14,8 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from jpfs import control, mail, reports
-from jpfs.tools.base import JsonDict, Tool, ToolContext
+from jpfs.core.tool import JsonDict, Tool, ToolContext
+from jpfs.services import control, mail, reports
 
 DELEGATING = frozenset({"fork", "jp_query"})
 MAX_AWAIT = 3600.0

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from jpfs.core.tool import Tool, use_toolbox
 from jpfs.errors import ProfileError
-from jpfs.tools.base import Tool, use_toolbox
 
 
 def catalog(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[str, Tool]:

@@ -28,7 +28,7 @@ enabled = false
 def hostile_ws(ws: Path, api_env: MessagesServer) -> Path:
     """A workspace whose default agent answers through the local Messages API."""
     write_profile(ws, "careful", AGENT)
-    from jpfs.config import set_in_file
+    from jpfs.core.config import set_in_file
 
     config = ws / ".jpfs" / "config.toml"
     set_in_file(config, "conversations.default_agent", '"careful"')

@@ -43,7 +43,7 @@ def test_an_unknown_agent_is_an_error_event_at_once(daemon: Path) -> None:
 def test_a_broken_record_is_reported_once_however_often_it_is_looked_at(
     hostile_ws: Path,
 ) -> None:
-    from jpfs.config import set_in_file
+    from jpfs.core.config import set_in_file
     from tests.conftest import running_daemon, wait_until
 
     set_in_file(hostile_ws / ".jpfs" / "config.toml", "daemon.scan_interval", "0.2")

@@ -118,7 +118,7 @@ def test_invalid_utf8_in_answers_md_does_not_break_listings(
 def test_a_huge_task_is_refused_with_its_size_not_silently_cut(
     daemon: Path, api_env: MessagesServer
 ) -> None:
-    from jpfs.textfile import MAX_BYTES
+    from jpfs.infra.textfile import MAX_BYTES
 
     conv = daemon / "conversations" / "huge"
     conv.mkdir()

@@ -72,11 +72,11 @@ def test_a_record_that_narrows_its_profile_runs(daemon: Path, api_env: MessagesS
 def test_a_retry_after_a_refusal_keeps_the_task(
     hostile_ws: Path, api_env: MessagesServer, cli: Callable[..., Result]
 ) -> None:
-    from jpfs.conversation import Conversation
-    from jpfs.lifecycle import agent_config
-    from jpfs.runtime import Runner
-    from jpfs.state import State
-    from jpfs.workspace import open_workspace
+    from jpfs.core.conversation import Conversation
+    from jpfs.core.state import State
+    from jpfs.core.workspace import open_workspace
+    from jpfs.services.lifecycle import agent_config
+    from jpfs.services.runtime import Runner
 
     conv = plant(hostile_ws, "retry", WIDER["more-tools"])
     w = open_workspace(hostile_ws)

@@ -43,7 +43,7 @@ text = "Done."
 
 
 def test_answers_without_a_round_heading_are_reported(hostile_ws: Path) -> None:
-    from jpfs.config import set_in_file
+    from jpfs.core.config import set_in_file
     from tests.conftest import git, write_profile
 
     write_profile(hostile_ws, "asker", ASKER)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jpfs.errors import ToolError
-from jpfs.safescan import grep
+from jpfs.infra.safescan import grep
 from tests.conftest import git, running_daemon, write_profile
 from tests.hostile.conftest import start_conversation, wait_result
 
@@ -49,7 +49,7 @@ def test_an_agents_catastrophic_grep_does_not_stop_the_daemon(hostile_ws: Path) 
     git(hostile_ws, "commit", "-q", "-m", "grepper")
     conv = start_conversation(hostile_ws, "grep", "Search it.\n")
     (conv / "conversation.toml").write_text('agent = "grepper"\n', encoding="utf-8")
-    from jpfs.config import set_in_file
+    from jpfs.core.config import set_in_file
 
     set_in_file(hostile_ws / ".jpfs" / "config.toml", "agents.allowed", '["careful", "grepper"]')
     with running_daemon(hostile_ws):

@@ -9,10 +9,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jpfs import frontmatter, ids, textfile
-from jpfs.config import load_file
+from jpfs.core import frontmatter, ids
+from jpfs.core.config import load_file
+from jpfs.core.state import has_content, split_rounds
 from jpfs.errors import ConfigError, FormatError, IdError
-from jpfs.state import has_content, split_rounds
+from jpfs.infra import textfile
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

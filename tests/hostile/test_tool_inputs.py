@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from jpfs.core.tool import check_arguments
 from jpfs.errors import ToolError
-from jpfs.tools.base import check_arguments
 from jpfs.tools.registry import catalog
 
 CONFIG: dict[str, Any] = {"name": "t", "tools": {"agents": ["helper"]}}

@@ -33,7 +33,7 @@ def test_a_cloned_profile_that_runs_programs_waits_for_trust(
 ) -> None:
     pwned = tmp_path / "PWNED"
     write_profile(hostile_ws, "runner", RUNNER.format(pwned=pwned))
-    from jpfs.config import set_in_file
+    from jpfs.core.config import set_in_file
 
     set_in_file(hostile_ws / ".jpfs" / "config.toml", "agents.allowed", '["careful", "runner"]')
     git(hostile_ws, "add", "-A")

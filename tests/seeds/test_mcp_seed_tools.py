@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from tests.adapters.test_mcp import call, serve
 from tests.conftest import write_profile
 from tests.messages_server import Router, last_user_text
 from tests.seeds.conftest import RESEARCHER_PROMPT
@@ -26,7 +27,6 @@ from tests.seeds.test_rfd051_demo import (
     RETRY,
     researcher,
 )
-from tests.test_mcp import call, serve
 
 
 def test_the_seed_tool_calls_over_mcp(rfd_ws: Path, api_env: Any, tmp_path: Path) -> None:

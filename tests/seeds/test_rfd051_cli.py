@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from jpfs import tree
-from jpfs.conversation import Conversation, now
-from jpfs.lifecycle import gc
-from jpfs.workspace import open_workspace
+from jpfs.core import tree
+from jpfs.core.conversation import Conversation, now
+from jpfs.core.workspace import open_workspace
+from jpfs.services.lifecycle import gc
 from tests.conftest import Result, write_profile
 from tests.messages_server import Router, last_user_text, text_reply
 from tests.seeds.conftest import MAIN_PROMPT, RESEARCHER_PROMPT
@@ -325,8 +325,8 @@ def test_conversation_fork_of_a_turn_in_flight_copies_no_placeholder(ws: Path, c
     """`conversation fork` of a conversation whose last settled turn is the user's (its
     model is calling tools): the turn in flight is copied as its text alone, or not at
     all without text; never as a placeholder turn or as tool calls the copy would run."""
-    from jpfs import frontmatter, messages
-    from jpfs.state import State
+    from jpfs.core import frontmatter, messages
+    from jpfs.core.state import State
 
     assert cli("conversation", "new", "busy", "--agent", "researcher").code == 0
     conv = Conversation(open_workspace(ws).conv_root, "busy")

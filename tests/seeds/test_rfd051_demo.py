@@ -14,10 +14,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from jpfs.conversation import Conversation
-from jpfs.query import query
-from jpfs.state import State
-from jpfs.workspace import open_workspace
+from jpfs.core.conversation import Conversation
+from jpfs.core.state import State
+from jpfs.core.workspace import open_workspace
+from jpfs.services.query import query
 from tests.conftest import rgit
 from tests.messages_server import (
     Router,

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jpfs.lifecycle import new_conversation
-from jpfs.query import query
-from jpfs.workspace import open_workspace
+from jpfs.core.workspace import open_workspace
+from jpfs.services.lifecycle import new_conversation
+from jpfs.services.query import query
 from tests.conftest import write_profile
 from tests.messages_server import (
     Router,

@@ -15,14 +15,15 @@ from typing import Any
 
 import pytest
 
-from jpfs import control, mail, reports, tree
-from jpfs.conversation import Conversation
-from jpfs.lifecycle import new_conversation
-from jpfs.query import query
-from jpfs.runtime import Runner
-from jpfs.state import State
+from jpfs.core import tree
+from jpfs.core.conversation import Conversation
+from jpfs.core.state import State
+from jpfs.core.workspace import Workspace, open_workspace
+from jpfs.services import control, mail, reports
+from jpfs.services.lifecycle import new_conversation
+from jpfs.services.query import query
+from jpfs.services.runtime import Runner
 from jpfs.tools.registry import catalog
-from jpfs.workspace import Workspace, open_workspace
 from tests.conftest import Result, no_thread_leak, rgit, write_profile
 from tests.messages_server import (
     error_reply,

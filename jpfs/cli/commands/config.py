@@ -36,7 +36,7 @@ def set_(key: str, value: str) -> None:
     The file is a project file: commit it with your own work (jpfs never commits on
     your branch).
     """
-    from jpfs.config import CONFIG_FILE, set_in_file
+    from jpfs.core.config import CONFIG_FILE, set_in_file
 
     ws = state.ws()
     set_in_file(ws.jpfs_dir / CONFIG_FILE, key, value)

@@ -9,7 +9,7 @@ import typer
 from jpfs.cli.context import Format, out, out_json, out_table, state
 
 if TYPE_CHECKING:
-    from jpfs.workspace import Workspace
+    from jpfs.core.workspace import Workspace
 
 app = typer.Typer(help="Create, list, read and search conversations.", no_args_is_help=True)
 
@@ -21,7 +21,8 @@ RootId = Annotated[
 
 def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
     """The id to act on (the active one if omitted), checked against --root-id in the core."""
-    from jpfs import lifecycle, scope
+    from jpfs.core import scope
+    from jpfs.services import lifecycle
 
     if root_id is not None:
         root_id = scope.resolve(ws.conv_root, root_id)
@@ -44,7 +45,8 @@ def new(
     root_id: RootId = None,
 ) -> None:
     """Create a conversation and print its id."""
-    from jpfs import lifecycle, scope
+    from jpfs.core import scope
+    from jpfs.services import lifecycle
 
     ws = state.ws()
     if root_id is not None:
@@ -72,7 +74,7 @@ def ls(
     root_id: RootId = None,
 ) -> None:
     """List conversations: id (indented by depth with --tree), state, agent, events, title."""
-    from jpfs import scope, tree
+    from jpfs.core import scope, tree
 
     ws = state.ws()
     under = root
@@ -106,8 +108,8 @@ def print_(
     root_id: RootId = None,
 ) -> None:
     """Print a conversation: markdown (text), or everything as JSON."""
-    from jpfs import transcript
-    from jpfs.conversation import Conversation
+    from jpfs.core import transcript
+    from jpfs.core.conversation import Conversation
 
     ws = state.ws()
     conv = Conversation(ws.conv_root, scoped(ws, conv_id, root_id))
@@ -133,7 +135,8 @@ def grep(
     fmt: Format = "text",
 ) -> None:
     """Search conversations; exit 0 when found, 1 when not, 2 on a bad pattern."""
-    from jpfs import scope, search
+    from jpfs.core import scope
+    from jpfs.services import search
 
     ws = state.ws()
     only = [scoped(ws, c, root_id) for c in conv_ids or []]
@@ -171,7 +174,7 @@ def fork(
     root_id: RootId = None,
 ) -> None:
     """Create a child of ID holding its last N events; print the child's id."""
-    from jpfs import lifecycle
+    from jpfs.services import lifecycle
 
     ws = state.ws()
     child = lifecycle.fork_conversation(
@@ -187,8 +190,8 @@ def rm(
     root_id: RootId = None,
 ) -> None:
     """Remove a conversation (it stays in git history)."""
-    from jpfs import lifecycle
     from jpfs.cli.context import note
+    from jpfs.services import lifecycle
 
     ws = state.ws()
     removed = lifecycle.remove_conversation(ws, scoped(ws, conv_id, root_id), cascade=cascade)
@@ -198,7 +201,7 @@ def rm(
 @app.command("use")
 def use(conv_id: str, root_id: RootId = None) -> None:
     """Make ID the active conversation (local state, never committed)."""
-    from jpfs import lifecycle
+    from jpfs.services import lifecycle
 
     ws = state.ws()
     lifecycle.set_active(ws, scoped(ws, conv_id, root_id))
@@ -214,8 +217,8 @@ def show(
 
     With --format json: the details (of ID, or of the active conversation) as one object.
     """
-    from jpfs import tree
-    from jpfs.conversation import Conversation
+    from jpfs.core import tree
+    from jpfs.core.conversation import Conversation
 
     ws = state.ws()
     target = scoped(ws, conv_id, root_id)

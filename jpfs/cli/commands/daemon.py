@@ -21,7 +21,7 @@ def start(
     ] = 30.0,
 ) -> None:
     """Start the daemon in the background; print its pid once it is ready."""
-    from jpfs.daemon import process
+    from jpfs.services.daemon import process
 
     ws = state.ws()
     pid = process.spawn(ws, state.cfg, timeout=timeout)
@@ -39,7 +39,7 @@ def stop(
     ] = False,
 ) -> None:
     """Stop the daemon: each run finishes its current step (or is interrupted with --force)."""
-    from jpfs.daemon import process
+    from jpfs.services.daemon import process
 
     pid = process.stop(process.Files(state.local_dir()), timeout=timeout, force=force)
     if pid is None:
@@ -54,7 +54,7 @@ def status(fmt: Format = "text") -> None:
 
     Exit status 0 when it runs, 1 when it does not (like `systemctl is-active`).
     """
-    from jpfs.daemon import process
+    from jpfs.services.daemon import process
 
     data = process.status(process.Files(state.local_dir()))
     if data.get("running"):
@@ -119,7 +119,7 @@ def run(
     SIGTERM or Ctrl-C stops it gracefully (runs finish their current step); a second
     signal interrupts the steps in flight.
     """
-    from jpfs.daemon import service
+    from jpfs.services.daemon import service
 
     code = service.serve(state.ws(), stderr=not detached, cfg=state.cfg)
     if code:

@@ -10,9 +10,9 @@ from jpfs.cli.commands.conversation import RootId, scoped
 from jpfs.cli.context import Format, note, out, out_json, out_table, state
 
 if TYPE_CHECKING:
-    from jpfs.history import Entry
+    from jpfs.services.history import Entry
 
-AGENT_AUTHOR = " (jpfs agent)"  # jpfs.record.agent_identity
+AGENT_AUTHOR = " (jpfs agent)"  # jpfs.core.record.agent_identity
 
 
 def log(
@@ -25,7 +25,7 @@ def log(
 ) -> None:
     """The history of a conversation subtree (the whole tree without ID), from git:
     one line per event, newest first (time, conversation, event, agent, author, note)."""
-    from jpfs import history
+    from jpfs.services import history
 
     ws = state.ws()
     target = scoped(ws, conv_id, root_id) if conv_id or root_id else None
@@ -70,7 +70,7 @@ def _note(e: Entry) -> str:
 def gc() -> None:
     """Remove expired temporary conversations (never the active one) and the worktrees
     of killed, discarded or merged branch conversations."""
-    from jpfs import lifecycle, worktrees
+    from jpfs.services import lifecycle, worktrees
 
     removed, kept = lifecycle.gc(state.ws())
     for conv_id in removed:

@@ -15,7 +15,7 @@ from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
 
 if TYPE_CHECKING:
-    from jpfs.workspace import Workspace
+    from jpfs.core.workspace import Workspace
 
 NoStart = Annotated[
     bool, typer.Option("--no-start", help="Only create it; do not run it here (a daemon will).")
@@ -30,7 +30,7 @@ CAPTURE_TEMPLATE = """\
 
 
 def resolve(ws: Workspace, conv_id: str, root_id: str | None) -> str:
-    from jpfs import scope
+    from jpfs.core import scope
 
     within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
     return scope.resolve(ws.conv_root, conv_id, within=within)
@@ -47,7 +47,7 @@ def fork(
     Without --prompt the child is created idle (when PARENT is idle); continue it with
     `jpfs mail send` or `jpfs query --id`.
     """
-    from jpfs import control
+    from jpfs.services import control
 
     ws = state.ws()
     child = control.fork(
@@ -63,7 +63,7 @@ def kill(
     root_id: RootId = None,
 ) -> None:
     """Stop ID now and mark it killed (it is not resumed by accident); print the ids killed."""
-    from jpfs import control
+    from jpfs.services import control
 
     ws = state.ws()
     killed = control.kill(ws, resolve(ws, conv_id, root_id), cascade=cascade)
@@ -88,7 +88,7 @@ def capture(
     PARENT defaults to the active conversation. The text goes to the new child only,
     never to PARENT's model. An empty task cancels (exit status 1).
     """
-    from jpfs import control, lifecycle
+    from jpfs.services import control, lifecycle
 
     ws = state.ws()
     parent = resolve(ws, parent or lifecycle.require_active(ws), root_id)
@@ -113,7 +113,7 @@ def retry(
     root_id: RootId = None,
 ) -> None:
     """Resume a failed conversation: its next input is MESSAGE or a note naming the failure."""
-    from jpfs import control
+    from jpfs.services import control
 
     ws = state.ws()
     msg, started = control.retry(

@@ -16,14 +16,14 @@ from jpfs.cli.commands.conversation import RootId
 from jpfs.cli.context import Format, note, out, out_json, out_table, state
 
 if TYPE_CHECKING:
-    from jpfs.mail import Message
-    from jpfs.workspace import Workspace
+    from jpfs.core.workspace import Workspace
+    from jpfs.services.mail import Message
 
 app = typer.Typer(help="Send, list, read and delete conversations' mail.", no_args_is_help=True)
 
 
 def mailbox(ws: Workspace, conv_id: str, root_id: str | None) -> str:
-    from jpfs import scope
+    from jpfs.core import scope
 
     within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
     return scope.resolve(ws.conv_root, conv_id, within=within)
@@ -64,7 +64,7 @@ def send(
     """Mail a conversation; print the message id. An idle recipient continues with it."""
     import sys
 
-    from jpfs import control
+    from jpfs.services import control
 
     ws = state.ws()
     to = mailbox(ws, conv_id, root_id)
@@ -85,7 +85,7 @@ def check(
     root_id: RootId = None,
 ) -> None:
     """Unread mail of ID: the count (stderr) and one line per message."""
-    from jpfs import mail
+    from jpfs.services import mail
 
     ws = state.ws()
     box = mailbox(ws, conv_id, root_id)
@@ -111,7 +111,7 @@ def read(
     root_id: RootId = None,
 ) -> None:
     """Print a message of ID's inbox and mark it read."""
-    from jpfs import mail
+    from jpfs.services import mail
 
     ws = state.ws()
     msg = mail.read(ws, mailbox(ws, conv_id, root_id), msg_id)
@@ -132,7 +132,7 @@ def delete(
     root_id: RootId = None,
 ) -> None:
     """Delete a message from ID's inbox (git history keeps it)."""
-    from jpfs import mail
+    from jpfs.services import mail
 
     ws = state.ws()
     out(mail.delete(ws, mailbox(ws, conv_id, root_id), msg_id).id)
@@ -154,7 +154,7 @@ def filter_(
     root_id: RootId = None,
 ) -> None:
     """Messages of ID's inbox matching every given criterion (* marks unread)."""
-    from jpfs import mail
+    from jpfs.services import mail
 
     ws = state.ws()
     found = mail.select(

@@ -36,7 +36,7 @@ def mcp(root_id: RootId = None, agent: Agents = None, tool: Tools = None) -> Non
     created on its first tool call (its id is printed on stderr). Every id the client
     names must be a descendant of it.
     """
-    from jpfs import scope
+    from jpfs.core import scope
     from jpfs.mcp.caller import Caller, allowed_agents, export
 
     ws = state.ws()
@@ -65,7 +65,7 @@ def tools(
     fmt: Format = "text",
 ) -> None:
     """Print the tools `jpfs mcp` exports (name, description, JSON input schema)."""
-    from jpfs import profiles
+    from jpfs.core import profiles
     from jpfs.mcp.caller import allowed_agents, definitions, export
     from jpfs.tools.registry import build_tools
 

@@ -32,10 +32,10 @@ def onboard(
     answer with `jpfs answer ID TEXT`, then run `jpfs onboard --id ID`.
     """
     from jpfs import api
+    from jpfs.core.state import State
     from jpfs.errors import ConfigError
-    from jpfs.query import outcome, query
-    from jpfs.runtime import Runner
-    from jpfs.state import State
+    from jpfs.services.query import outcome, query
+    from jpfs.services.runtime import Runner
 
     ws = state.ws()
     runner = Runner(ws, progress=note)
@@ -54,7 +54,7 @@ def onboard(
         result = query(ws, None, conv_id=conv_id, runner=runner)
         result_state = result.state
     if result_state is State.WAITING:
-        from jpfs.conversation import Conversation
+        from jpfs.core.conversation import Conversation
 
         out(outcome(Conversation(ws.conv_root, conv_id), result_state).wrapped())
         note(f"answer with: jpfs answer {conv_id} TEXT, then: jpfs onboard --id {conv_id}")

@@ -14,8 +14,8 @@ from jpfs.cli.editor import edit
 
 if TYPE_CHECKING:
     from jpfs.errors import JpfsError
-    from jpfs.query import Outcome
-    from jpfs.runtime import Runner
+    from jpfs.services.query import Outcome
+    from jpfs.services.runtime import Runner
 
 
 def read_query(text: str | None) -> str:
@@ -121,11 +121,12 @@ def query(
     otherwise the questions are printed as <questions conversation_id="ID"> and the
     command exits with status 4 (answer with `jpfs answer ID` or `jpfs query --id ID`).
     """
-    from jpfs import ids, lifecycle, scope
-    from jpfs.conversation import Conversation
-    from jpfs.query import query as run_query
-    from jpfs.runtime import Runner
-    from jpfs.state import State
+    from jpfs.core import ids, scope
+    from jpfs.core.conversation import Conversation
+    from jpfs.core.state import State
+    from jpfs.services import lifecycle
+    from jpfs.services.query import query as run_query
+    from jpfs.services.runtime import Runner
 
     if conv_id is not None:
         # Options that only shape a new conversation cannot apply to an existing one.
@@ -233,10 +234,11 @@ def answer(
     root_id: RootId = None,
 ) -> None:
     """Answer a conversation's open questions (opens $EDITOR when TEXT is absent)."""
-    from jpfs import onboarding, record, scope, tree
-    from jpfs.conversation import Conversation
+    from jpfs.core import record, scope, tree
+    from jpfs.core.conversation import Conversation
+    from jpfs.core.state import State
     from jpfs.errors import JpfsError, StateError
-    from jpfs.state import State
+    from jpfs.services import onboarding
 
     ws = state.ws()
     within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
@@ -245,7 +247,7 @@ def answer(
         raise StateError(f"conversation {conv.id!r} has no open questions ({tree.state_of(conv)})")
     runner = None
     if run:
-        from jpfs.runtime import Runner
+        from jpfs.services.runtime import Runner
 
         runner = Runner(ws, progress=progress_for(conv.id))
         preflight(runner, conv.config)
@@ -257,7 +259,7 @@ def answer(
     record.commit(ws, conv.id, "answers", agent=conv.meta().get("agent"), note=f"round {n}")
     note(f"answered round {n} of {conv.id}")
     if runner is not None:
-        from jpfs.query import outcome
+        from jpfs.services.query import outcome
 
         result = outcome(conv, runner.run(conv.id))
         if result.state is State.FAILED:

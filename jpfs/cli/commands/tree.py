@@ -12,7 +12,7 @@ from jpfs.cli.commands.conversation import RootId
 from jpfs.cli.context import Format, out, out_json, state, table
 
 if TYPE_CHECKING:
-    from jpfs.status_view import Row
+    from jpfs.services.status_view import Row
 
 Interval = Annotated[float, typer.Option("--interval", "-i", help="Seconds between refreshes.")]
 Count = Annotated[
@@ -58,8 +58,8 @@ def show(
     count: int,
     include_hidden: bool,
 ) -> None:
-    from jpfs import scope
-    from jpfs.status_view import TreeView, daemon_line
+    from jpfs.core import scope
+    from jpfs.services.status_view import TreeView, daemon_line
 
     ws = state.ws()
     under = conv_id
@@ -90,7 +90,7 @@ def show(
 
 def render(rows: list[Row], header: str = "") -> str:
     """The tree as a table (ID indented by depth), under ``header`` if given."""
-    from jpfs.status_view import duration, tokens_text
+    from jpfs.services.status_view import duration, tokens_text
 
     text = table(
         ("id", "state", "agent", "model", "time", "tokens", "last"),

@@ -1,0 +1,108 @@
+"""Per-conversation run locks, shared by every process that runs agents.
+
+``flock`` on a file under ``.jpfs/local/locks/``: the kernel drops the lock when the
+holder dies, so a SIGKILLed daemon or ``jpfs query`` never leaves a lock behind, and
+two opens in one process conflict like two processes do (flock locks belong to the
+open file description), so threads are serialised too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from jpfs.core import ids
+from jpfs.errors import LockError
+
+
+def lock_path(local_dir: Path, conv_id: str) -> Path:
+    return local_dir / "locks" / f"{ids.file_key(conv_id)}.lock"
+
+
+@contextlib.contextmanager
+def conversation_lock(
+    local_dir: Path, conv_id: str, *, wait: float = 0.0, cancel: threading.Event | None = None
+) -> Iterator[None]:
+    """Hold the run lock of ``conv_id``; wait up to ``wait`` seconds, then :class:`LockError`."""
+    path = lock_path(local_dir, conv_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait
+        pause = threading.Event() if cancel is None else cancel
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline or (cancel is not None and cancel.is_set()):
+                    raise LockError(
+                        f"conversation {conv_id!r} is busy: another run holds its lock"
+                        " (wait for it, or check `jpfs daemon status`)"
+                    ) from None
+                pause.wait(0.02)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {conv_id}\n".encode())
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def is_locked(local_dir: Path, conv_id: str) -> bool:
+    return is_held(lock_path(local_dir, conv_id))
+
+
+def is_held(path: Path) -> bool:
+    """Whether some process holds the flock on ``path``, asked without taking it.
+
+    Taking the lock to test it would make a real contender see "busy" for that moment,
+    so Linux's lock table (``/proc/locks``) is read instead; only where it cannot be read
+    does this fall back to a non-blocking probe.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = _in_lock_table(st)
+    return held if held is not None else _probe(path)
+
+
+def _in_lock_table(st: os.stat_result) -> bool | None:
+    # Lines read "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters add "->".
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            table = fh.read()
+    except OSError:
+        return None
+    for line in table.splitlines():
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        if fields[5] == key:
+            return True
+    return False
+
+
+def _probe(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

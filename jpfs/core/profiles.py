@@ -1,0 +1,213 @@
+"""Agent profiles: ``.jpfs/agents/<name>.toml``. A profile *is* the security policy.
+
+A sub-agent's configuration is built from its profile alone (the ``NONE``
+boundary: nothing from the workspace config reaches it), plus the few keys its
+caller may override (``overridable``, default only ``model``). The resolved
+configuration is stored in the new conversation's ``[config]`` table and never
+re-applied: a conversation keeps the configuration it was created with.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jpfs.core.config import parse_value, read_toml
+from jpfs.errors import ProfileError, ScopeError
+
+PROVIDERS = ("anthropic", "command", "script")
+
+# key -> (type, default). Tables are checked one level deep.
+TOP: dict[str, tuple[type | tuple[type, ...], Any]] = {
+    "name": (str, ""),
+    "model": (str, None),
+    "provider": (str, "anthropic"),
+    "description": (str, ""),
+    "max_tokens": (int, 8192),
+    "timeout": ((int, float), 600.0),
+    "workspace": (str, "shared"),
+    "overridable": (list, ["model"]),
+    "system": (dict, {}),
+    "tools": (dict, {}),
+    "limits": (dict, {}),
+    "onboarding": (dict, {}),
+    "command": (dict, {}),
+    "script": (dict, {}),
+}
+SUB: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
+    "tools": {
+        "allow": (list, []),
+        "agents": (list, []),
+        "write": (list, []),
+        "command": (list, []),
+    },
+    "limits": {
+        "max_turns": (int, 20),
+        "max_children": (int, 8),
+        "max_depth": (int, 3),
+    },
+    "onboarding": {"enabled": (bool, False), "max_rounds": (int, 3)},
+    "command": {"argv": (list, []), "timeout": ((int, float), 600.0)},
+}
+
+
+def _typename(t: type | tuple[type, ...]) -> str:
+    return "/".join(x.__name__ for x in t) if isinstance(t, tuple) else t.__name__
+
+
+def _check(where: str, key: str, value: Any, t: type | tuple[type, ...]) -> None:
+    if not isinstance(value, t) or (isinstance(value, bool) and t in (int, (int, float))):
+        raise ProfileError(f"{where}: {key!r} must be {_typename(t)}, got {value!r}")
+
+
+def normalize(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Fill defaults and check types; unknown keys are errors (typos are policy bugs)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in TOP:
+            raise ProfileError(f"{where}: unknown key {key!r}")
+        _check(where, key, value, TOP[key][0])
+    for key, (_, default) in TOP.items():
+        out[key] = copy.deepcopy(data.get(key, default))
+    if not out["model"]:
+        raise ProfileError(f'{where}: a profile must name its model (add `model = "..."`)')
+    if out["provider"] not in PROVIDERS:
+        raise ProfileError(f"{where}: provider must be one of {', '.join(PROVIDERS)}")
+    if out["workspace"] not in ("shared", "branch"):
+        raise ProfileError(f'{where}: workspace must be "shared" or "branch"')
+    for table, keys in SUB.items():
+        given = out[table]
+        for key, value in given.items():
+            if key not in keys:
+                raise ProfileError(f"{where}: unknown key {table}.{key}")
+            _check(where, f"{table}.{key}", value, keys[key][0])
+        for key, (_, default) in keys.items():
+            given.setdefault(key, copy.deepcopy(default))
+    for key, value in out["system"].items():
+        _check(where, f"system.{key}", value, str)
+    if out["provider"] == "command" and not out["command"]["argv"]:
+        raise ProfileError(f'{where}: provider "command" needs command.argv')
+    return out
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    config: dict[str, Any]
+    source: str
+
+    @property
+    def model(self) -> str:
+        return str(self.config["model"])
+
+    def system_prompt(self) -> str:
+        return "\n\n".join(s.strip() for s in self.config["system"].values() if s.strip())
+
+
+def profile_path(agents_dir: Path, name: str) -> Path:
+    if not name or "/" in name or name.startswith(".") or "\\" in name:
+        raise ProfileError(f"bad profile name {name!r}")
+    return agents_dir / f"{name}.toml"
+
+
+def load(agents_dir: Path, name: str) -> Profile:
+    path = profile_path(agents_dir, name)
+    # Named as the user sees it (.jpfs/agents/NAME.toml): the message lands in error
+    # events and the one-line `last` column of listings.
+    shown = f"{agents_dir.parent.name}/{agents_dir.name}/{path.name}"
+    data = read_toml(path, ProfileError, shown)
+    if data is None:
+        raise ProfileError(f"no agent profile {name!r} (expected {shown})")
+    config = normalize(data, shown)
+    config["name"] = name
+    return Profile(name, config, str(path))
+
+
+def available(agents_dir: Path) -> list[str]:
+    try:
+        return sorted(p.stem for p in agents_dir.glob("*.toml"))
+    except FileNotFoundError:
+        return []
+
+
+def apply_overrides(profile: Profile, overrides: Sequence[str]) -> dict[str, Any]:
+    """The configuration with caller overrides (``KEY=VALUE``) applied.
+
+    Only keys the profile lists in ``overridable`` are accepted; anything else is a
+    :class:`ScopeError`, because widening an agent's rights is the caller escaping
+    the policy.
+    """
+    config = copy.deepcopy(profile.config)
+    allowed = {str(k).removeprefix("assistant.") for k in config.get("overridable", [])}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip().removeprefix("assistant.")
+        if not sep or not key:
+            raise ProfileError(f"override {item!r}: expected KEY=VALUE")
+        if key not in allowed:
+            raise ScopeError(
+                f"override {key!r} is not allowed by profile {profile.name!r}"
+                f" (overridable: {', '.join(sorted(allowed)) or 'nothing'})"
+            )
+        value = parse_value(raw)
+        *tables, leaf = key.split(".")
+        node = config
+        for t in tables:
+            node = node.setdefault(t, {})
+        node[leaf] = value
+    return normalize(config, f"profile {profile.name!r} with overrides")
+
+
+# Keys whose value is a capability: a conversation's snapshot may only narrow them.
+_EQUAL_KEYS = ("provider", "command", "script", "workspace")
+_SUBSET_KEYS = ("allow", "agents", "write", "command")
+
+
+def admit(snapshot: Mapping[str, Any], profile: Profile) -> dict[str, Any]:
+    """The configuration a conversation runs with: its snapshot, if it only narrows what
+    ``profile`` grants; :class:`ProfileError` naming the first widening otherwise.
+
+    A conversation's files come from anyone who can write the record (a clone of
+    someone else's repository, a peer sharing the remote), so they never grant a
+    capability: the provider, command argv, scripted turns and workspace mode must be
+    the profile's; tools, callable agents, writable paths and command tools a subset of
+    the profile's; limits at most the profile's; the model the profile's unless the
+    profile lets callers override it.
+    """
+    granted = profile.config
+    config = normalize(snapshot, f"the [config] snapshot of a conversation of {profile.name!r}")
+    overridable = {str(k).removeprefix("assistant.") for k in granted.get("overridable", [])}
+    where = f"conversation.toml asks for more than profile {profile.name!r} grants"
+    for key in _EQUAL_KEYS:
+        if key not in overridable and config[key] != granted[key]:
+            raise ProfileError(
+                f"{where}: {key} = {config[key]!r} (the profile has {granted[key]!r})"
+            )
+    if "model" not in overridable and config["model"] != granted["model"]:
+        raise ProfileError(
+            f"{where}: model {config['model']!r} (the profile has {granted['model']!r})"
+        )
+    for key in _SUBSET_KEYS:
+        extra = [item for item in config["tools"][key] if item not in granted["tools"][key]]
+        if extra:
+            raise ProfileError(f"{where}: tools.{key} {extra!r}")
+    for key, value in config["limits"].items():
+        if value > granted["limits"][key] and f"limits.{key}" not in overridable:
+            raise ProfileError(
+                f"{where}: limits.{key} = {value} (the profile allows {granted['limits'][key]})"
+            )
+    extra_overridable = [k for k in config["overridable"] if k not in granted["overridable"]]
+    if extra_overridable:
+        raise ProfileError(f"{where}: overridable {extra_overridable!r}")
+    return config
+
+
+def system_prompt(config: Mapping[str, Any], conv_id: str) -> str:
+    sections = [str(s).strip() for s in (config.get("system") or {}).values() if str(s).strip()]
+    sections.append(
+        f"(jpfs: you are conversation `{conv_id}`; your final reply is returned to your caller.)"
+    )
+    return "\n\n".join(sections)

@@ -1,0 +1,126 @@
+"""The shape of a tool: a name, a precise JSON schema, and one implementation.
+
+A tool's ``run`` receives a :class:`ToolContext` (who is calling, from where, with
+what rights) and the model's arguments, already checked against the schema's
+required keys. It returns text for the model, or raises :class:`~jpfs.errors.JpfsError`
+(``ToolError``, ``ScopeError``...), which the runtime returns to the model as a tool
+error with a one-line reason. Any other exception is a bug.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jpfs.errors import ToolError
+
+if TYPE_CHECKING:
+    from jpfs.infra.providers.base import ToolSpec
+
+JsonDict = dict[str, Any]
+
+
+@dataclass
+class ToolContext:
+    """Everything a tool may know about its caller; scope checks read it, never the model."""
+
+    # Workspace root (the main work tree); conversation ids resolve under its root.
+    workspace_root: Path
+    # The calling conversation's id ("" for a top-level human/MCP caller acting on the root).
+    conversation: str
+    # Where file tools read and write: the workspace root, or the agent's worktree.
+    files_root: Path
+    # Write permission for fs_write_file / fs_modify_file: glob patterns relative to
+    # files_root; empty means read-only.
+    writable: Sequence[str] = ()
+    cancel: threading.Event = field(default_factory=threading.Event)
+    # Runtime services (the agent runner, the profile, ...) attached by the runtime;
+    # tools that need them look them up by key.
+    services: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: JsonDict
+    run: Callable[[ToolContext, JsonDict], str]
+
+    def spec(self) -> ToolSpec:
+        from jpfs.infra.providers.base import ToolSpec
+
+        return ToolSpec(self.name, self.description, self.input_schema)
+
+
+def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> JsonDict:
+    """Validate ``arguments`` against the tool's JSON schema, once, in the core.
+
+    Every adapter (the runtime for agents, the MCP server, the CLI's tool calls) goes
+    through here, so a bad input gets the same one-line error everywhere: types,
+    required keys, unknown keys, enums, minimums, empty strings where an id belongs.
+    ``null`` values count as absent.
+    """
+    given = {k: v for k, v in arguments.items() if v is not None}
+    errors = sorted(_validator(tool).iter_errors(given), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        where = "/".join(str(p) for p in error.absolute_path)
+        subject = f"argument {where!r} " if where else ""
+        raise ToolError(f"{tool.name}: {subject}{_message(error)}")
+    return given
+
+
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _validator(tool: Tool) -> Any:
+    import json
+
+    import jsonschema
+
+    key = json.dumps(tool.input_schema, sort_keys=True, default=str)
+    found = _VALIDATORS.get(key)
+    if found is None:
+        found = _VALIDATORS[key] = jsonschema.Draft202012Validator(tool.input_schema)
+    return found
+
+
+def _message(error: Any) -> str:
+    kind, value = error.validator, error.validator_value
+    if kind == "required":
+        missing = [k for k in value if k not in error.instance]
+        return f"missing required argument(s): {', '.join(missing)}"
+    if kind == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        return f"unknown argument(s): {', '.join(unknown)}"
+    if kind == "type":
+        return f"must be of type {value if isinstance(value, str) else ' or '.join(value)}"
+    if kind == "enum":
+        return f"must be one of {', '.join(map(str, value))}"
+    if kind == "minLength" and value == 1:
+        return "must not be empty"
+    if kind == "minimum":
+        return f"must be at least {value}"
+    if kind == "maximum":
+        return f"must be at most {value}"
+    return str(error.message)
+
+
+# The tools a conversation's profile grants: (its configuration, the agents dir) -> name
+# -> tool. The tools sit above the run loop (jp_query runs sub-agents through it), so
+# the run loop is handed them (jpfs.tools.registry installs its build_tools on import)
+# instead of importing them.
+Toolbox = Callable[[Mapping[str, Any], Path], dict[str, Tool]]
+_toolbox: list[Toolbox] = []
+
+
+def use_toolbox(toolbox: Toolbox) -> None:
+    """Give every Runner without a toolbox of its own this one."""
+    _toolbox[:] = [toolbox]
+
+
+def installed_toolbox() -> Toolbox | None:
+    return _toolbox[0] if _toolbox else None

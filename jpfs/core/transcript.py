@@ -1,0 +1,112 @@
+"""A conversation's transcript: rendered for a human (markdown) or a program (JSON) by
+``print``, and copied into a fork."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jpfs.core import frontmatter, tree
+from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, TASK, Conversation, Event
+
+
+def _event_header(ev: Event) -> str:
+    bits = [f"{ev.seq:04d}", ev.role]
+    if ev.role == "assistant":
+        if ev.meta.get("model"):
+            bits.append(str(ev.meta["model"]))
+        usage = ev.meta.get("usage")
+        if isinstance(usage, dict):
+            bits.append(f"in={usage.get('input_tokens', 0)} out={usage.get('output_tokens', 0)}")
+    if ev.role == "tool":
+        bits.append(str(ev.meta.get("tool_name", "")))
+        if ev.meta.get("is_error"):
+            bits.append("error")
+    return "### " + " · ".join(b for b in bits if b)
+
+
+def render_event(ev: Event) -> str:
+    parts = [_event_header(ev), "", ev.body.rstrip()]
+    for call in ev.tool_calls:
+        parts.append(f"- tool call `{call['name']}` {json.dumps(call['input'], sort_keys=True)}")
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def markdown(conv: Conversation, last: int | None = None) -> str:
+    info = tree.info(conv)
+    out = [
+        f"# {info.title or conv.id}",
+        "",
+        f"id: {conv.id} · agent: {info.agent} · state: {info.status}",
+        "",
+    ]
+    if last is None:
+        for name, heading in ((TASK, "Task"), (QUESTIONS, "Questions"), (ANSWERS, "Answers")):
+            text = conv.read(name)
+            if text:
+                out += [f"## {heading}", "", text.strip(), ""]
+    events = conv.events(last=last)
+    if events:
+        out += ["## Events", ""]
+        out += [render_event(ev) for ev in events]
+    elif last is None and (result := conv.read(RESULT)):
+        out += ["## Result", "", result.strip(), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def as_json(conv: Conversation, last: int | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = tree.info(conv).to_json()
+    for name in (TASK, QUESTIONS, ANSWERS):
+        data[name.removesuffix(".md")] = conv.read(name)
+    data["events"] = [ev.to_json() for ev in conv.events(last=last)]
+    return data
+
+
+def settled(events: Sequence[Event]) -> tuple[list[Event], Event | None]:
+    """``events`` minus a turn still calling tools, and that turn if it has text.
+
+    The turn that is calling tools right now (the one that called ``fork``, say) belongs
+    to its conversation: its tool calls and their results stay there. A copy takes its
+    text alone, and nothing when it has none, so the copy's transcript stays valid for
+    the Messages API whatever ran meanwhile, and never holds a turn with nothing in it.
+    """
+    for i in range(len(events) - 1, -1, -1):
+        ev = events[i]
+        if ev.role == "user":
+            break
+        if ev.role == "assistant":
+            if ev.meta.get("tool_calls"):
+                return list(events[:i]), ev if ev.body.strip() else None
+            break
+    return list(events), None
+
+
+def copy_for_fork(events: Sequence[Event], dest: Path, last: int | None = None) -> int:
+    """Copy the settled part of ``events`` (:func:`settled`) into the events directory
+    ``dest``, renumbered from 1; only the last ``last`` of them when given. Returns the
+    number of events written.
+
+    A fork never shows its child a placeholder for a turn (a copied turn without text
+    would reach the model as ``(no reply)``) nor a tool call the child would run again.
+    """
+    kept, turn = settled(events)
+    items: list[tuple[Event, bool]] = [(ev, False) for ev in kept]
+    if turn is not None:
+        items.append((turn, True))
+    if last is not None:
+        items = items[-last:] if last > 0 else []
+    if not items:
+        return 0
+    dest.mkdir(parents=True, exist_ok=True)
+    for seq, (ev, text_only) in enumerate(items, 1):
+        target = dest / f"{seq:04d}-{ev.role}.md"
+        if not text_only:
+            shutil.copyfile(ev.path, target)
+            continue
+        meta = {k: v for k, v in ev.meta.items() if k != "tool_calls"}
+        meta["stop_reason"] = "end_turn"
+        target.write_text(frontmatter.render(meta, ev.body), encoding="utf-8")
+    return len(items)

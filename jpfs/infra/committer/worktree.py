@@ -1,0 +1,205 @@
+"""Snapshots of the working tree: which paths may be committed, and their current state.
+
+A file snapshots as its blob and mode, a missing file as a deletion (None), a directory
+as every non-ignored file under it (:class:`Dir`). Content filters (``.gitattributes``
+clean/eol, LFS) are not applied: jpfs files are stored verbatim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from jpfs.errors import GitError, ScopeError
+from jpfs.infra.committer.fileio import read_all
+from jpfs.infra.committer.objects import MODE_BLOB, MODE_EXEC, MODE_LINK
+
+_LOCAL_DIR = ".jpfs/local"
+# A file whose mtime and ctime are older than this when hashed cannot be rewritten with
+# the same stat data unnoticed (timestamps come from a coarse clock, well under 50 ms).
+_SETTLED_NS = 50_000_000
+
+
+@dataclass
+class Blob:
+    oid: pygit2.Oid
+    mode: int
+    data: bytes | None  # None: unchanged since this process hashed it (see Worktree)
+    stat: os.stat_result | None
+
+
+@dataclass
+class Dir:
+    files: dict[str, Blob]
+
+
+def check_path(root: Path, owned: tuple[str, ...], raw: str) -> str:
+    """``raw`` as a repo-relative path under ``owned`` (anywhere if ``owned`` is empty;
+    ``""`` then names the whole tree); :class:`ScopeError` if it is not."""
+    path = raw.rstrip("/")
+    if not path and not owned:
+        return path  # the whole tree
+    parts = path.split("/")
+    if (
+        not path
+        or path.startswith("/")
+        or "\0" in path
+        or any(part in ("", ".", "..") or part.lower() == ".git" for part in parts)
+    ):
+        raise ScopeError(f"{raw!r} is not a repo-relative path")
+    if path == _LOCAL_DIR or path.startswith(_LOCAL_DIR + "/"):
+        raise ScopeError(f"{raw!r} is under {_LOCAL_DIR}/, which is never committed")
+    if owned and not any(path == p or path.startswith(p + "/") for p in owned):
+        listed = ", ".join(owned)
+        raise ScopeError(f"{raw!r} is outside the paths jpfs commits here ({listed})")
+    # git refuses paths beyond a symlink; following one could commit foreign files.
+    parent = root
+    for part in parts[:-1]:
+        parent = parent / part
+        try:
+            if stat.S_ISLNK(os.lstat(parent).st_mode):
+                raise ScopeError(f"{raw!r} is beyond a symbolic link ({part})")
+        except (FileNotFoundError, NotADirectoryError):
+            break
+    return path
+
+
+class Worktree:
+    """Reads the working tree under ``root``; ``filemode`` is git's ``core.fileMode``.
+
+    A conversation is committed as a whole directory, so every commit into it would
+    re-read and re-hash all its events: O(events) per commit. Like git's index, the
+    worktree remembers each file's stat data with its blob id once the file is older
+    than the filesystem's timestamp granularity allows a same-stat rewrite to hide
+    (:data:`_SETTLED_NS`), and trusts it while the stat data stays the same.
+    """
+
+    def __init__(self, root: Path, filemode: bool) -> None:
+        self._root = root
+        self._filemode = filemode
+        self._known: dict[str, tuple[tuple[int, int, int, int, int], pygit2.Oid, int]] = {}
+
+    def read(
+        self,
+        repo: pygit2.Repository,
+        path: str,
+        tip_tree: pygit2.Tree | None,
+        reads: dict[str, Blob | Dir | None],
+        tracked: Callable[[str], bool],
+    ) -> Blob | Dir | None:
+        if path in reads:
+            return reads[path]
+        full = os.path.join(self._root, path)
+        try:
+            st = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            if not path:
+                # A vanished work tree is not "delete everything".
+                raise GitError(f"the work tree {self._root} is missing") from None
+            result: Blob | Dir | None = None
+        else:
+            if stat.S_ISDIR(st.st_mode):
+                result = Dir(self._walk(repo, path, tip_tree, tracked))
+            else:
+                result = self._read_file(path, full, st, tip_tree)
+        reads[path] = result
+        return result
+
+    def _read_file(
+        self, path: str, full: str, st: os.stat_result, tip_tree: pygit2.Tree | None
+    ) -> Blob | None:
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                data = os.fsencode(os.readlink(full))
+            except (FileNotFoundError, NotADirectoryError):
+                return None  # removed while we looked: snapshot it as gone
+            mode = MODE_LINK
+        elif stat.S_ISREG(st.st_mode):
+            key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode)
+            known = self._known.get(path)
+            if known is not None and known[0] == key:
+                return Blob(known[1], known[2], None, st)
+            try:
+                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            try:
+                st = os.fstat(fd)
+                data = read_all(fd, st.st_size)
+            finally:
+                os.close(fd)
+            mode = MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_BLOB
+            if not self._filemode and tip_tree is not None:
+                with contextlib.suppress(KeyError):
+                    old = tip_tree[path].filemode
+                    if old in (MODE_BLOB, MODE_EXEC):
+                        mode = old
+            oid = pygit2.hash(data)
+            key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode)
+            if max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - _SETTLED_NS:
+                self._known[path] = (key, oid, mode)
+            else:
+                self._known.pop(path, None)
+            return Blob(oid, mode, data, st)
+        else:
+            return None  # fifos, sockets, devices: git cannot store them either
+        return Blob(pygit2.hash(data), mode, data, st)
+
+    def data(self, repo: pygit2.Repository, path: str, blob: Blob) -> bytes | None:
+        """The content of ``blob`` if its object must be written, else None."""
+        if blob.data is not None:
+            return blob.data
+        if blob.oid in repo.odb:
+            return None
+        self._known.pop(path, None)
+        fresh = self._read_file(
+            path, os.path.join(self._root, path), os.lstat(os.path.join(self._root, path)), None
+        )
+        if fresh is None or fresh.oid != blob.oid:
+            raise GitError(f"{path} changed while it was being committed; retry")
+        return fresh.data
+
+    def _walk(
+        self,
+        repo: pygit2.Repository,
+        top: str,
+        tip_tree: pygit2.Tree | None,
+        tracked_in_tip: Callable[[str], bool],
+    ) -> dict[str, Blob]:
+        files: dict[str, Blob] = {}
+        stack = [top]
+        while stack:
+            rel = stack.pop()
+            try:
+                entries = list(os.scandir(os.path.join(self._root, rel)))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                child = f"{rel}/{entry.name}" if rel else entry.name
+                if entry.name.lower() == ".git" or child == _LOCAL_DIR:
+                    continue
+                tracked = tracked_in_tip(child)
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    if os.path.lexists(os.path.join(entry.path, ".git")):
+                        continue  # a nested repository: not ours to snapshot
+                    if not tracked and repo.path_is_ignored(child + "/"):
+                        continue
+                    stack.append(child)
+                    continue
+                if not tracked and repo.path_is_ignored(child):
+                    continue
+                blob = self._read_file(child, entry.path, st, tip_tree)
+                if blob is not None:
+                    files[child] = blob
+        return files

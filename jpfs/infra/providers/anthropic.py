@@ -1,0 +1,441 @@
+"""The Anthropic Messages API, through the official SDK.
+
+The SDK is imported lazily (on the first ``complete``): importing it costs over a
+second, and commands that never call a model (``jpfs conversation ls``) must not pay.
+
+Retries are ours, not the SDK's (it gets ``max_retries=0``): the SDK sleeps between
+attempts with ``time.sleep`` and cannot be interrupted, while a cancelled run must stop
+within a fraction of a second, in a wait or mid-request. Each attempt runs in a worker
+thread on its own HTTP client; a cancel or a blown deadline shuts the attempt's sockets
+down, which wakes the worker at once (closing a socket does not wake a thread blocked
+reading it; ``shutdown`` does), so an abandoned attempt never outlives the call by more
+than a moment.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from jpfs.errors import Cancelled, ProviderError
+from jpfs.infra.providers.base import JsonDict, Reply, Request, ToolCall, Usage
+
+if TYPE_CHECKING:
+    import ssl
+
+    import anthropic
+    import httpx2
+
+# How often a waiting caller looks at the cancel flag and the attempt's deadline.
+_POLL_SECONDS = 0.05
+_MAX_MESSAGE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """One failed attempt, before deciding whether to try again."""
+
+    message: str
+    retryable: bool
+    retry_after: float | None = None
+    cause: BaseException | None = None
+
+
+class _Connections:
+    """The sockets one attempt opened, so that they can be shut down from another thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._aborted = False
+
+    def on_request(self, request: httpx2.Request) -> None:
+        # httpx event hook: ask the connection pool to report the connections it opens.
+        request.extensions["trace"] = self._trace
+
+    def _trace(self, event: str, info: Mapping[str, Any]) -> None:
+        if event != "connection.connect_tcp.complete":
+            return
+        sock = info["return_value"].get_extra_info("socket")
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            self._sockets.append(sock)
+            aborted = self._aborted
+        if aborted:
+            # The attempt was abandoned while still connecting.
+            _shutdown(sock)
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shutdown(sock)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed or never connected
+
+
+class AnthropicProvider:
+    """``complete`` through ``POST /v1/messages``.
+
+    ``max_retries`` retries follow the first attempt on 408/409/429, 5xx (529 overloaded
+    included), timeouts and connection errors, waiting ``retry-after`` when the server
+    sends it (capped at ``max_retry_after``), else ``backoff_base * 2**n`` (capped at
+    ``backoff_max``) with jitter. Other 4xx fail at once. Thread-safe: one provider
+    serves concurrent calls.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_retries: int = 4,
+        backoff_base: float = 1.0,
+        backoff_max: float = 30.0,
+        max_retry_after: float = 60.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
+        if not key.strip():
+            raise ProviderError(
+                "ANTHROPIC_API_KEY is not set: export your Anthropic API key "
+                "(or choose another provider in the agent profile)"
+            )
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self._api_key = key.strip()
+        # None lets the SDK read ANTHROPIC_BASE_URL.
+        self._base_url = base_url
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.max_retry_after = max_retry_after
+        self.connect_timeout = connect_timeout
+        self._init_lock = threading.Lock()
+        self._client: anthropic.Anthropic | None = None
+        self._ssl: ssl.SSLContext | None = None
+
+    # -- the turn
+
+    def complete(self, request: Request, cancel: threading.Event) -> Reply:
+        params = _request_params(request)
+        attempts = self.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            if cancel.is_set():
+                raise Cancelled("cancelled")
+            outcome = self._attempt(params, request.timeout, cancel, request.on_text)
+            if isinstance(outcome, Reply):
+                return outcome
+            failure = outcome
+            if not failure.retryable or attempt == attempts:
+                break
+            delay = self._retry_delay(attempt, failure.retry_after)
+            if request.notify is not None:
+                request.notify(
+                    f"anthropic: {failure.message}; attempt {attempt + 1}/{attempts}"
+                    f" in {delay:.1f} s"
+                )
+            if cancel.wait(delay):
+                raise Cancelled("cancelled")
+        suffix = f" (gave up after {attempt} attempts)" if attempt > 1 else ""
+        raise ProviderError(f"anthropic: {failure.message}{suffix}") from failure.cause
+
+    def _retry_delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            # The server knows when it can take us again; jitter would only make us early
+            # or needlessly late. The cap keeps a bad header from parking the run for hours.
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        delay = min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1))
+        # Jitter spreads the retries of parallel agents that failed together.
+        return delay * random.uniform(0.5, 1.0)
+
+    def _attempt(
+        self,
+        params: JsonDict,
+        timeout: float,
+        cancel: threading.Event,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Reply | _Failure:
+        connections = _Connections()
+        client, http, http_timeout = self._attempt_client(connections, timeout)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                if on_text is None:
+                    raw = client.messages.with_raw_response.create(**params, timeout=http_timeout)
+                    box["response"] = raw.http_response
+                    return
+                with client.messages.with_streaming_response.create(
+                    **params, stream=True, timeout=http_timeout
+                ) as streamed:
+                    box["reply"] = _read_stream(
+                        streamed.status_code, streamed.iter_lines(), on_text
+                    )
+            except BaseException as exc:  # handed over to the calling thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=work, name="jpfs-anthropic-request", daemon=True)
+        deadline = time.monotonic() + timeout
+        worker.start()
+        try:
+            while not done.wait(_POLL_SECONDS):
+                if cancel.is_set():
+                    connections.abort()
+                    raise Cancelled("cancelled")
+                if time.monotonic() >= deadline:
+                    connections.abort()
+                    return _Failure(f"request timed out after {timeout:g} s", retryable=True)
+            worker.join()
+        finally:
+            http.close()
+        if "error" in box:
+            return _classify(box["error"])
+        if "reply" in box:
+            reply: Reply = box["reply"]
+            return reply
+        return _parse_reply(box["response"])
+
+    def _attempt_client(
+        self, connections: _Connections, timeout: float
+    ) -> tuple[anthropic.Anthropic, httpx2.Client, httpx2.Timeout]:
+        try:
+            import anthropic
+            import httpx2
+        except ImportError as exc:
+            raise ProviderError(f"the anthropic package is not installed ({exc})") from exc
+
+        with self._init_lock:
+            if self._client is None:
+                self._client = anthropic.Anthropic(
+                    api_key=self._api_key, base_url=self._base_url, max_retries=0
+                )
+                # Building an SSL context costs ~20 ms; every attempt shares this one.
+                self._ssl = httpx2.create_ssl_context()
+            base, ssl_context = self._client, self._ssl
+        assert ssl_context is not None
+        # The attempt's deadline is enforced by _attempt; httpx's own read timeout is only
+        # a backstop, a little later so that the two do not race to report the timeout.
+        http_timeout = httpx2.Timeout(timeout + 1.0, connect=min(timeout, self.connect_timeout))
+        # A fresh client per attempt: its sockets belong to this attempt alone, so an
+        # abort cannot touch a concurrent call's connection.
+        http = anthropic.DefaultHttpxClient(
+            verify=ssl_context,
+            timeout=http_timeout,
+            event_hooks={"request": [connections.on_request]},
+        )
+        return base.with_options(http_client=http, max_retries=0), http, http_timeout
+
+
+def _request_params(request: Request) -> JsonDict:
+    params: JsonDict = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": request.messages,
+    }
+    if request.system:
+        params["system"] = request.system
+    if request.tools:
+        params["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in request.tools
+        ]
+    return params
+
+
+def _classify(exc: BaseException) -> _Failure:
+    import anthropic
+
+    if isinstance(exc, anthropic.APIStatusError):
+        return _status_failure(exc)
+    if isinstance(exc, anthropic.APITimeoutError):
+        which = f" ({type(exc.__cause__).__name__})" if exc.__cause__ is not None else ""
+        return _Failure(f"request timed out{which}", retryable=True, cause=exc)
+    if isinstance(exc, anthropic.APIConnectionError):
+        detail = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+        return _Failure(_one_line(f"connection error{detail}"), retryable=True, cause=exc)
+    if isinstance(exc, anthropic.AnthropicError):
+        return _Failure(_one_line(str(exc)), retryable=False, cause=exc)
+    # Not the SDK's doing: a bug on our side, which must surface as itself.
+    raise exc
+
+
+def _status_failure(exc: anthropic.APIStatusError) -> _Failure:
+    status = exc.status_code
+    headers = exc.response.headers
+    should_retry = headers.get("x-should-retry")
+    if should_retry in ("true", "false"):
+        retryable = should_retry == "true"
+    else:
+        retryable = status in (408, 409, 429) or status >= 500
+    kind = exc.type or ""
+    detail = exc.api_message
+    if not detail:
+        body = exc.body
+        detail = body if isinstance(body, str) else json.dumps(body) if body else ""
+    message = f"HTTP {status}" + (f" {kind}" if kind else "") + (f": {detail}" if detail else "")
+    if exc.request_id:
+        message += f" (request-id {exc.request_id})"
+    return _Failure(_one_line(message), retryable, retry_after=_retry_after(headers), cause=exc)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asks us to wait: ``retry-after-ms``, or ``retry-after`` as
+    seconds or an HTTP date. None when absent or unreadable."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return float(millis) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp() - time.time()
+
+
+def _malformed(status: int, why: str) -> ProviderError:
+    return ProviderError(_one_line(f"anthropic: malformed response (HTTP {status}): {why}"))
+
+
+def _read_stream(status: int, lines: Iterable[str], on_text: Callable[[str], None]) -> Reply:
+    """A streamed message (server-sent events), its text handed to ``on_text`` as it
+    arrives, assembled into the same body a plain request returns, then checked by the
+    same code (:func:`_reply_from`)."""
+    message: JsonDict = {}
+    blocks: dict[int, JsonDict] = {}
+    partial: dict[int, list[str]] = {}
+    for line in lines:
+        if not line.startswith("data:"):
+            continue  # "event: ..." names the type the data repeats; blank lines end events
+        try:
+            event = json.loads(line[5:])
+        except ValueError as exc:
+            raise _malformed(status, f"an event is not JSON ({exc})") from exc
+        if not isinstance(event, dict):
+            raise _malformed(status, "an event is not a JSON object")
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = dict(event["message"])
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            blocks[_int(event.get("index"))] = dict(event["content_block"])
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            index, delta = _int(event.get("index")), event["delta"]
+            block = blocks.get(index)
+            if block is None:
+                raise _malformed(status, "a delta for a block that never started")
+            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+                block["text"] = str(block.get("text") or "") + delta["text"]
+                on_text(delta["text"])
+            elif delta.get("type") == "input_json_delta":
+                partial.setdefault(index, []).append(str(delta.get("partial_json") or ""))
+        elif kind == "message_delta":
+            if isinstance(event.get("delta"), dict):
+                message.update({k: v for k, v in event["delta"].items() if v is not None})
+            if isinstance(event.get("usage"), dict):
+                message["usage"] = {**(message.get("usage") or {}), **event["usage"]}
+        elif kind == "error":
+            error = event.get("error")
+            why = error.get("message") if isinstance(error, dict) else None
+            raise ProviderError(_one_line(f"anthropic: error mid-stream: {why}"))
+    for index, pieces in partial.items():
+        text = "".join(pieces)
+        try:
+            blocks[index]["input"] = json.loads(text) if text else {}
+        except ValueError as exc:
+            raise _malformed(status, f"a tool call's input is not JSON ({exc})") from exc
+    if not message:
+        raise _malformed(status, "the stream had no message_start")
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return _reply_from(message, status)
+
+
+def _parse_reply(response: httpx2.Response) -> Reply:
+    """The reply from a 2xx body, checked field by field: a proxy or a broken gateway can
+    answer 200 with anything, and that must be a ProviderError, not an AttributeError."""
+    try:
+        data = json.loads(response.content)
+    except ValueError as exc:
+        raise _malformed(
+            response.status_code, f"body is not JSON ({exc}): {response.text[:80]!r}"
+        ) from exc
+    return _reply_from(data, response.status_code)
+
+
+def _reply_from(data: object, status: int) -> Reply:
+    def malformed(why: str) -> ProviderError:
+        return _malformed(status, why)
+
+    if not isinstance(data, dict):
+        raise malformed("body is not a JSON object")
+    content = data.get("content")
+    if not isinstance(content, list):
+        raise malformed("no 'content' list")
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for block in content:
+        if not isinstance(block, dict):
+            raise malformed("a content block is not an object")
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise malformed("a text block has no text")
+            texts.append(text)
+        elif kind == "tool_use":
+            call_id, name, args = block.get("id"), block.get("name"), block.get("input")
+            if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(args, dict)):
+                raise malformed("a tool_use block lacks id, name or input")
+            calls.append(ToolCall(call_id, name, args))
+        # Other blocks (thinking, server tools) carry nothing jpfs acts on.
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
+    return Reply(
+        text="".join(texts),
+        tool_calls=tuple(calls),
+        usage=Usage(
+            # Cached prompt tokens were still read by the model; count them as input.
+            input_tokens=_int(usage.get("input_tokens"))
+            + _int(usage.get("cache_creation_input_tokens"))
+            + _int(usage.get("cache_read_input_tokens")),
+            output_tokens=_int(usage.get("output_tokens")),
+        ),
+        model=str(data.get("model") or ""),
+        stop_reason=str(data.get("stop_reason") or "end_turn"),
+    )
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _MAX_MESSAGE_CHARS else flat[: _MAX_MESSAGE_CHARS - 1] + "…"

@@ -1,0 +1,189 @@
+"""What the daemon does to one conversation: decide, adopt, record a failure, run.
+
+:func:`needs` is the one place that says, from the files alone, what a conversation
+needs from the daemon. Everything else (events, scans, the pool) only decides *when*
+to ask it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from jpfs.core import frontmatter, record, tree
+from jpfs.core.conversation import ANSWERS, INBOX, QUESTIONS, Conversation, now
+from jpfs.core.scope import TASK
+from jpfs.core.state import AGENT_ACTS, ROUND_RE, State, derive, has_content, split_rounds
+from jpfs.core.workspace import Workspace
+from jpfs.errors import Cancelled, FormatError, ProfileError
+from jpfs.infra.providers.base import Reply, Request
+from jpfs.services import lifecycle
+from jpfs.services.runtime import Runner
+
+log = logging.getLogger("jpfs.services.daemon")
+
+
+class Need(enum.Enum):
+    NOTHING = "nothing"
+    ADOPT = "adopt"  # conversation.toml missing or without [config]: fill in the defaults
+    RUN = "run"  # the agent must act (onboarding, running, finishing)
+    BROKEN = "broken"  # the files cannot be read: record the error in the conversation
+
+
+@dataclass(frozen=True)
+class Verdict:
+    need: Need
+    state: State | None = None
+    reason: str = ""
+
+
+def needs(ws: Workspace, conv: Conversation) -> Verdict:
+    """What ``conv`` needs from the daemon, decided from its files alone.
+
+    Besides the state (:mod:`jpfs.core.state`): unread mail from its caller in ``inbox/``
+    is input for a conversation that takes input (empty, waiting, idle, failed); a run
+    turns it into the next user input (:func:`jpfs.services.inputs.deliver`).
+    """
+    if not conv.exists():
+        return Verdict(Need.NOTHING)
+    try:
+        meta = conv.meta()
+        if "config" not in meta:
+            return Verdict(Need.ADOPT)
+        state = derive(tree.snapshot(conv, meta))
+        if state in AGENT_ACTS:
+            return Verdict(Need.RUN, state)
+        if state is State.WAITING:
+            misplaced = _misplaced_answers(conv)
+            if misplaced:
+                return Verdict(Need.NOTHING, state, misplaced)
+        if _has_mail(conv):
+            from jpfs.services import inputs, mail
+
+            if state in inputs.TAKES_INPUT and mail.pending_input(ws, conv.id):
+                return Verdict(Need.RUN, state, "mail from its caller")
+    except FormatError as exc:
+        return Verdict(Need.BROKEN, reason=str(exc))
+    return Verdict(Need.NOTHING, state)
+
+
+def _misplaced_answers(conv: Conversation) -> str:
+    """Why answers written in ``answers.md`` do not count yet ("" when none are)."""
+    answers = conv.read(ANSWERS) or ""
+    rounds = split_rounds(conv.read(QUESTIONS) or "")
+    if not rounds or not has_content(ROUND_RE.sub("", answers)):
+        return ""
+    wanted = max(rounds)
+    if wanted in split_rounds(answers):
+        return ""
+    return (
+        f"answers.md has text but no '## Round {wanted}' heading, so the agent is still"
+        f" waiting: put your answers under a line '## Round {wanted}'"
+    )
+
+
+def _has_mail(conv: Conversation) -> bool:
+    try:
+        return any(not name.startswith(".") for name in os.listdir(conv.path / INBOX))
+    except OSError:
+        return False
+
+
+_HEADING = re.compile(r"^\s*#*\s*")
+
+
+def title_of(task: str | None) -> str:
+    for line in (task or "").splitlines():
+        text = _HEADING.sub("", line).strip()
+        if text:
+            return text[:80]
+    return ""
+
+
+def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
+    """Fill conversation.toml of a conversation a human started with only task.md.
+
+    Keeps whatever the human already wrote there (comments too); the agent defaults to
+    ``conversations.default_agent`` and must be one of ``agents.allowed``. The caller
+    commits it, with the human's task.md.
+    """
+    meta = conv.meta()
+    agent = str(meta.get("agent") or ws.config["conversations.default_agent"])
+    allowed = [str(a) for a in ws.config["agents.allowed"]]
+    if agent not in allowed:
+        raise ProfileError(
+            f"agent {agent!r} is not in agents.allowed ({', '.join(allowed)}):"
+            " name an allowed agent in conversation.toml, or add it to agents.allowed"
+        )
+    config = lifecycle.agent_config(ws, agent)
+    fields: dict[str, Any] = {
+        "title": title_of(conv.read(TASK)),
+        "agent": agent,
+        "created": now(),
+        "status": "active",
+        "hidden": False,
+        "base": base,
+    }
+    conv.update(**{k: v for k, v in fields.items() if k not in meta}, config=config)
+    return agent
+
+
+def record_failure(ws: Workspace, conv: Conversation, message: str) -> bool:
+    """Write an error event (and status failed when the record is readable), once.
+
+    Returns False when the same error is already the last event (a rescan, a restart).
+    """
+    message = message.strip() or "error"
+    names = conv.event_names()
+    if names and names[-1][1] == "error":
+        try:
+            _, body = frontmatter.read(conv.events_dir / names[-1][2], conv.root)
+        except (FormatError, OSError):
+            body = ""
+        if body.strip() == message:
+            return False
+    conv.append_event("error", message + "\n")
+    try:
+        conv.update(status="failed")
+    except FormatError:
+        pass  # conversation.toml itself is what is broken; the error event says so
+    record.commit(ws, conv.id, "error", note=message.splitlines()[0][:80])
+    return True
+
+
+@dataclass
+class DaemonRunner(Runner):
+    """A runner that stops cleanly between steps once ``stopping`` is set.
+
+    A step in flight (a model call, a tool) completes and is committed; the next one
+    does not start. ``cancel`` (the force path) interrupts the step itself.
+    """
+
+    stopping: threading.Event = field(default_factory=threading.Event)
+    provider_calls: int = 0
+    tokens: int = 0
+    last_note: str = ""
+
+    def complete(self, conv: Conversation, request: Request) -> Reply:
+        if self.stopping.is_set():
+            self.cancel.set()
+            raise Cancelled(f"run of {conv.id} stopped by the daemon")
+        self.provider_calls += 1
+        reply = super().complete(conv, request)
+        self.tokens += reply.usage.input_tokens + reply.usage.output_tokens
+        return reply
+
+    def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
+        super().commit(conv, event, **kwargs)
+        if self.stopping.is_set():
+            self.cancel.set()
+
+    def note(self, text: str) -> None:
+        self.last_note = text
+        log.info("%s", text)
+        super().note(text)

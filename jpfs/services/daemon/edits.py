@@ -1,0 +1,230 @@
+"""Human edits: which files under the conversation root differ from the record, and committing them.
+
+The daemon never trusts an event to say who wrote a file. It compares the file's git
+blob id with HEAD's: equal means the write is already committed (the daemon's own
+writes, a duplicate event, a ``jpfs query`` that committed), different means someone
+wrote it and nobody committed it yet, i.e. a human. Such files are committed with the
+user's git identity (the committer's default author), one commit per conversation,
+before the agent reacts to them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from jpfs.core import ids, record
+from jpfs.core.conversation import ANSWERS
+from jpfs.core.scope import TASK
+from jpfs.core.workspace import Workspace
+from jpfs.errors import GitError, RepositoryFault
+from jpfs.infra import gitcli
+from jpfs.infra.committer import Change
+
+# Files jpfs's own writers produce outside the conversation's run lock (mail from a
+# child, a CLI command): the writer commits them right away, so the daemon commits
+# them only after they settled, as crash recovery, never racing the writer.
+AGENT_WRITTEN_DIRS = frozenset({"events", "inbox"})
+AGENT_WRITTEN_FILES = frozenset({"questions.md", "result.md"})
+
+
+def conv_of(rel: str) -> tuple[str, str]:
+    """Split a path under the conversation root into (conversation id, path inside it).
+
+    The id is the longest prefix of valid, non-reserved segments that still leaves a
+    name inside it: ``a/b/events/0001-user.md`` -> ``("a/b", "events/0001-user.md")``;
+    a file at the root belongs to the root, id ``""``.
+    """
+    parts = rel.split("/")
+    n = 0
+    while n < len(parts) - 1:
+        seg = parts[n]
+        if seg in ids.RESERVED or ".." in seg or not ids.SEGMENT_RE.fullmatch(seg):
+            break
+        n += 1
+    return "/".join(parts[:n]), "/".join(parts[n:])
+
+
+def conv_dir_of(rel: str) -> str:
+    """The id a directory path names, for directory events (``a/b`` -> ``a/b``)."""
+    conv, inner = conv_of(rel + "/x")
+    return conv if inner == "x" else conv_of(rel)[0]
+
+
+def agent_written(inner: str) -> bool:
+    first = inner.split("/", 1)[0]
+    return first in AGENT_WRITTEN_DIRS or inner in AGENT_WRITTEN_FILES
+
+
+def blob_id(path: Path) -> tuple[str, int] | None:
+    """(git blob id, mode) of a working-tree file; None when missing or not a file."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return str(pygit2.hash(os.fsencode(os.readlink(path)))), 0o120000
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    mode = 0o100755 if st.st_mode & stat.S_IXUSR else 0o100644
+    return str(pygit2.hash(data)), mode
+
+
+class Head:
+    """Read-only view of the record tip's tree (``root`` is the record worktree); one per
+    thread (pygit2 handles are not shared)."""
+
+    def __init__(self, root: Path) -> None:
+        self.repo = pygit2.Repository(str(root))
+        self._tip: str | None = None
+        self._tree: pygit2.Tree | None = None
+
+    def refresh(self) -> str | None:
+        try:
+            commit = self.repo.revparse_single("HEAD")
+        except KeyError:  # an unborn branch: nothing committed yet
+            self._tip, self._tree = None, None
+            return None
+        except pygit2.GitError as exc:
+            raise RepositoryFault(
+                f"the record's tip cannot be read ({exc}): run `git fsck`"
+            ) from exc
+        tip = str(commit.id)
+        if tip != self._tip:
+            head = commit.peel(pygit2.Commit)
+            try:
+                tree = head.tree
+            except pygit2.GitError as exc:
+                raise RepositoryFault(
+                    f"tree {head.tree_id} of the record's tip {tip} cannot be read ({exc}):"
+                    " run `git fsck`"
+                ) from exc
+            self._tip, self._tree = tip, tree
+        return tip
+
+    def entry(self, rel: str) -> tuple[str, int] | None:
+        if self._tree is None:
+            return None
+        try:
+            obj = self._tree[rel]
+        except KeyError:
+            return None
+        if obj.type == pygit2.GIT_OBJECT_TREE:
+            return None
+        return str(obj.id), int(obj.filemode)
+
+    def files_under(self, rel: str) -> list[str]:
+        if self._tree is None:
+            return []
+        try:
+            node = self._tree[rel]
+        except KeyError:
+            return []
+        if node.type != pygit2.GIT_OBJECT_TREE:
+            return []
+        out: list[str] = []
+        stack: list[tuple[str, pygit2.Tree]] = [(rel, node.peel(pygit2.Tree))]
+        while stack:
+            prefix, tree = stack.pop()
+            for item in tree:
+                path = f"{prefix}/{item.name}"
+                if item.type == pygit2.GIT_OBJECT_TREE:
+                    stack.append((path, item.peel(pygit2.Tree)))
+                else:
+                    out.append(path)
+        return out
+
+    def ignored(self, rel: str) -> bool:
+        try:
+            return bool(self.repo.path_is_ignored(rel))
+        except pygit2.GitError:
+            return False
+
+
+@dataclass
+class Dirty:
+    """Repo-relative paths of one conversation that differ from HEAD."""
+
+    conv_id: str
+    paths: list[str]
+
+
+def differs(ws: Workspace, head: Head, rel: str) -> bool:
+    """Whether conversation-root-relative file ``rel`` differs from the record's tip
+    (untracked counts)."""
+    now = blob_id(ws.conv_root / rel)
+    old = head.entry(rel)
+    if now is None:
+        return old is not None
+    if old is None:
+        return not head.ignored(rel)
+    return now != old
+
+
+def expand(ws: Workspace, head: Head, rel: str) -> list[str]:
+    """``rel`` itself, or for a directory every file in it or in HEAD under it."""
+    full = ws.conv_root / rel
+    if not full.is_dir() or full.is_symlink():
+        tracked = head.files_under(rel) if not full.exists() else []
+        return tracked or [rel]
+    out: set[str] = set()
+    for top, dirs, files in os.walk(full):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        base = Path(top).relative_to(ws.conv_root).as_posix()
+        # The record worktree's own `.git` file is git's, never a conversation file.
+        out.update(f"{base}/{name}" if base != "." else name for name in files if name != ".git")
+    out.update(head.files_under(rel))
+    return sorted(out)
+
+
+def event_for(inners: Iterable[str]) -> str:
+    names = set(inners)
+    if TASK in names:
+        return "task"
+    if ANSWERS in names:
+        return "answers"
+    return "edit"
+
+
+def commit_edits(ws: Workspace, conv_id: str, rels: list[str]) -> str | None:
+    """Commit files of one conversation (root-relative) as the user's edit."""
+    inners = [rel[len(conv_id) + 1 :] if conv_id else rel for rel in rels]
+    event = event_for(inners)
+    paths = [f"{ws.conv_root_rel}/{rel}" for rel in sorted(rels)]
+    shown = ", ".join(sorted(inners)[:3]) + (f" (+{len(inners) - 3})" if len(inners) > 3 else "")
+    if not conv_id:
+        return ws.commit(Change(tuple(paths), f"jpfs: edit {shown}", (("Jpfs-Event", "edit"),)))
+    note = shown if event == "edit" else None
+    return record.commit(ws, conv_id, event, paths=paths, note=note)
+
+
+def pending(ws: Workspace) -> list[str] | None:
+    """Workspace-relative paths under the root that differ from the record's tip.
+
+    git answers from the record index's stat data without reading unchanged files,
+    which on a large tree is much cheaper than hashing every file; None if git cannot
+    tell (no tip yet), and the caller then hashes everything.
+    """
+    where = ws.conv_root
+    try:
+        changed = gitcli.run(
+            where, ["--no-optional-locks", "diff", "HEAD", "--name-only", "--no-renames",
+                    "-z", "--", "."],
+        ).stdout  # fmt: skip
+        untracked = gitcli.run(
+            where, ["--no-optional-locks", "ls-files", "--others", "--exclude-standard",
+                    "-z", "--", "."],
+        ).stdout  # fmt: skip
+    except GitError:
+        return None
+    found = {p for p in (changed + untracked).split("\0") if p}
+    return sorted(f"{ws.conv_root_rel}/{p}" for p in found)

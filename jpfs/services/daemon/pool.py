@@ -1,0 +1,190 @@
+"""The agent pool: at most ``size`` runs at once, picked fairly across subtrees.
+
+Conversations wait in a :class:`FairQueue` grouped by their top-level conversation
+(the first id segment) and served round-robin, so a tree that spawns hundreds of
+children does not starve a human's single new task. A conversation is queued at most
+once; one that is running is not queued again: when a run ends, the ``done``
+callback looks at the conversation again and decides, from the files, whether it
+needs another run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("jpfs.services.daemon.pool")
+
+
+class FairQueue:
+    """FIFO within a group, round-robin across groups; no duplicates."""
+
+    def __init__(self) -> None:
+        self._groups: OrderedDict[str, deque[str]] = OrderedDict()
+        self._members: set[str] = set()
+
+    @staticmethod
+    def group_of(conv_id: str) -> str:
+        return conv_id.split("/", 1)[0]
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __contains__(self, conv_id: object) -> bool:
+        return conv_id in self._members
+
+    def push(self, conv_id: str) -> bool:
+        if conv_id in self._members:
+            return False
+        self._members.add(conv_id)
+        self._groups.setdefault(self.group_of(conv_id), deque()).append(conv_id)
+        return True
+
+    def pop(self) -> str | None:
+        """The oldest id of the group whose turn it is; that group goes to the back."""
+        for group, items in self._groups.items():
+            conv_id = items.popleft()
+            self._members.discard(conv_id)
+            if items:
+                self._groups.move_to_end(group)
+            else:
+                del self._groups[group]
+            return conv_id
+        return None
+
+    def clear(self) -> list[str]:
+        dropped = list(self._members)
+        self._groups.clear()
+        self._members.clear()
+        return dropped
+
+
+@dataclass
+class Job:
+    conv_id: str
+    started: float = field(default_factory=time.time)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    # Filled by the run function for the status view.
+    info: dict[str, object] = field(default_factory=dict)
+
+
+RunFn = Callable[[Job], None]
+DoneFn = Callable[[str], None]
+
+
+class Pool:
+    """Worker threads that call ``run(job)`` for queued conversations."""
+
+    def __init__(self, size: int, run: RunFn, done: DoneFn) -> None:
+        self.size = max(1, size)
+        self._run = run
+        self._done = done
+        self._queue = FairQueue()
+        self._running: dict[str, Job] = {}
+        self._cv = threading.Condition()
+        self._closing = False
+        self._workers = 0  # live worker threads; above ``size`` they retire when idle
+        self._threads: list[threading.Thread] = []
+        with self._cv:
+            self._add_workers(self.size)
+
+    def _add_workers(self, count: int) -> None:
+        for _ in range(count):
+            t = threading.Thread(
+                target=self._worker, name=f"jpfs-agent-{len(self._threads)}", daemon=True
+            )
+            self._threads.append(t)
+            self._workers += 1
+            t.start()
+
+    def resize(self, size: int) -> None:
+        """Run at most ``size`` at once from now on: more workers start at once; surplus
+        ones retire when their run ends (a run in flight is never interrupted)."""
+        with self._cv:
+            self.size = max(1, size)
+            if not self._closing and self._workers < self.size:
+                self._add_workers(self.size - self._workers)
+            self._cv.notify_all()
+
+    # -- the reconciler's side -------------------------------------------------------
+    def submit(self, conv_id: str) -> bool:
+        with self._cv:
+            if self._closing:
+                return False
+            if conv_id in self._running:
+                return False
+            if self._queue.push(conv_id):
+                self._cv.notify()
+                return True
+            return False
+
+    def is_running(self, conv_id: str) -> bool:
+        with self._cv:
+            return conv_id in self._running
+
+    def busy(self, conv_id: str) -> bool:
+        """Queued or running here: the pool will look at it, nobody else needs to."""
+        with self._cv:
+            return conv_id in self._running or conv_id in self._queue
+
+    def snapshot(self) -> tuple[list[Job], int]:
+        with self._cv:
+            return list(self._running.values()), len(self._queue)
+
+    # -- shutting down -----------------------------------------------------------------
+    def stop(self) -> None:
+        """Graceful: drop the queue, let each run finish its current step."""
+        with self._cv:
+            self._closing = True
+            dropped = self._queue.clear()
+            for job in self._running.values():
+                job.stopping.set()
+            self._cv.notify_all()
+        if dropped:
+            log.info("stopping: %d queued conversation(s) left for the next start", len(dropped))
+
+    def force(self) -> None:
+        """Interrupt the steps in flight too (a second signal)."""
+        self.stop()
+        with self._cv:
+            for job in self._running.values():
+                job.cancel.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            t.join(left)
+        return not any(t.is_alive() for t in self._threads)
+
+    # -- workers -------------------------------------------------------------------------
+    def _worker(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closing and not len(self._queue) and self._workers <= self.size:
+                    self._cv.wait()
+                if self._closing:
+                    return
+                if self._workers > self.size:
+                    self._workers -= 1
+                    return
+                conv_id = self._queue.pop()
+                if conv_id is None:
+                    continue
+                job = Job(conv_id)
+                self._running[conv_id] = job
+            try:
+                self._run(job)
+            except Exception:
+                log.exception("run of %s crashed", conv_id)
+            finally:
+                with self._cv:
+                    del self._running[conv_id]
+                    closing = self._closing
+            if not closing:
+                self._done(conv_id)

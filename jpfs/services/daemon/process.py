@@ -1,0 +1,261 @@
+"""The daemon as a process: one per workspace, its files, detaching, signals.
+
+.jpfs/local/daemon.lock    flock held by the running daemon for its whole life; the
+                           kernel drops it however the process dies, so a stale pid
+                           file never blocks a start
+.jpfs/local/daemon.pid     the pid (informational; the lock is the truth)
+.jpfs/local/daemon.json    status, rewritten about once a second while running
+.jpfs/local/daemon.log     the log (rotated)
+.jpfs/local/daemon.out     stdout/stderr of a detached daemon (crashes before logging)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from jpfs.core import locks
+from jpfs.core.workspace import Workspace
+from jpfs.errors import DaemonError
+from jpfs.infra import textfile
+
+LOCK = "daemon.lock"
+PID = "daemon.pid"
+STATUS = "daemon.json"
+LOG = "daemon.log"
+OUT = "daemon.out"
+
+
+@dataclass(frozen=True)
+class Files:
+    local: Path
+
+    @classmethod
+    def of(cls, ws: Workspace) -> Files:
+        return cls(ws.local_dir)
+
+    @property
+    def lock(self) -> Path:
+        return self.local / LOCK
+
+    @property
+    def pid(self) -> Path:
+        return self.local / PID
+
+    @property
+    def status(self) -> Path:
+        return self.local / STATUS
+
+    @property
+    def log(self) -> Path:
+        return self.local / LOG
+
+    @property
+    def out(self) -> Path:
+        return self.local / OUT
+
+
+# -- the single-instance lock ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def instance_lock(files: Files) -> Iterator[None]:
+    """Hold the workspace's daemon lock, or raise :class:`DaemonError` if another has it."""
+    files.local.mkdir(parents=True, exist_ok=True)
+    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = read_pid(files)
+            raise DaemonError(
+                f"a daemon is already running for this workspace (pid {pid or '?'});"
+                " see `jpfs daemon status`, or stop it with `jpfs daemon stop`"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        files.pid.write_text(f"{os.getpid()}\n", encoding="utf-8")
+        try:
+            yield
+        finally:
+            for path in (files.pid, files.status):
+                path.unlink(missing_ok=True)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def is_running(files: Files) -> bool:
+    return locks.is_held(files.lock)
+
+
+def read_pid(files: Files) -> int | None:
+    for path in (files.lock, files.pid):
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            continue
+        if text.isdigit():
+            return int(text)
+    return None
+
+
+def running_pid(files: Files) -> int | None:
+    """The daemon's pid if one is running (a leftover pid file counts for nothing)."""
+    return read_pid(files) if is_running(files) else None
+
+
+# -- status ------------------------------------------------------------------------------
+
+
+def write_status(files: Files, data: dict[str, Any]) -> None:
+    textfile.write_atomic(files.status, json.dumps(data, indent=1, default=str) + "\n")
+
+
+def read_status(files: Files) -> dict[str, Any]:
+    try:
+        data = json.loads(files.status.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def status(files: Files) -> dict[str, Any]:
+    """What ``jpfs daemon status`` shows."""
+    pid = running_pid(files)
+    if pid is None:
+        return {"running": False, "pid": None}
+    data = read_status(files)
+    if data.get("pid") != pid:
+        # Starting up (status not written yet) or a leftover from a killed daemon.
+        data = {"pid": pid, "ready": False}
+    started = data.get("started")
+    uptime = None
+    if isinstance(started, (int, float)):
+        uptime = round(time.time() - started, 1)
+    return {**data, "running": True, "pid": pid, "uptime": uptime}
+
+
+def iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).replace(microsecond=0).isoformat()
+
+
+# -- start / stop from the CLI -------------------------------------------------------------
+
+
+def spawn(ws: Workspace, cfg: Sequence[str], *, timeout: float = 30.0) -> int:
+    """Start ``jpfs daemon run`` detached and return its pid once it reports ready."""
+    files = Files.of(ws)
+    pid = running_pid(files)
+    if pid is not None:
+        raise DaemonError(
+            f"a daemon is already running for this workspace (pid {pid});"
+            " stop it first with `jpfs daemon stop`"
+        )
+    ws.ensure_local()
+    argv = [sys.executable, "-m", "jpfs", "-w", str(ws.root)]
+    for item in cfg:
+        argv += ["--cfg", item]
+    argv += ["daemon", "run", "--detached"]
+    with open(files.out, "ab") as out, open(os.devnull, "rb") as devnull:
+        proc = subprocess.Popen(
+            argv, cwd=ws.root, stdin=devnull, stdout=out, stderr=out, start_new_session=True,
+            close_fds=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            raise DaemonError(f"the daemon exited during start-up ({_reason(files, code)})")
+        data = read_status(files)
+        if data.get("pid") == proc.pid and data.get("ready"):
+            return proc.pid
+        pause.wait(0.02)
+    raise DaemonError(
+        f"the daemon (pid {proc.pid}) did not report ready within {timeout:.0f}s; see {files.log}"
+    )
+
+
+def _reason(files: Files, code: int) -> str:
+    for path in (files.out, files.log):
+        try:
+            lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        except FileNotFoundError:
+            continue
+        if lines:
+            return lines[-1].strip()
+    return f"exit status {code}"
+
+
+def stop(files: Files, *, timeout: float = 60.0, force: bool = False) -> int | None:
+    """Ask the daemon to stop and wait until it is gone; returns its pid (None: none ran).
+
+    Takes the daemon's files, not a loaded workspace: stopping must work whatever the
+    configuration says (a broken config.toml is the usual reason to restart)."""
+    pid = running_pid(files)
+    if pid is None:
+        return None
+    _signal(pid, signal.SIGTERM)
+    if force:
+        # A second signal interrupts the steps in flight. A different signal, because two
+        # pending SIGTERMs would merge into one.
+        _signal(pid, signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while is_running(files):
+        if time.monotonic() > deadline:
+            raise DaemonError(
+                f"the daemon (pid {pid}) is still finishing its agents' current steps after"
+                f" {timeout:.0f}s; run `jpfs daemon stop --force` to interrupt them"
+            )
+        pause.wait(0.02)
+    return pid
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+# -- signals inside the daemon ----------------------------------------------------------------
+
+
+class Signals:
+    """SIGTERM/SIGINT: the first stops gracefully, the second forces; SIGHUP rescans."""
+
+    def __init__(self, stop: threading.Event, force: threading.Event, rescan: Any) -> None:
+        self.stop = stop
+        self.force = force
+        self.rescan = rescan
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._old[sig] = signal.signal(sig, self._terminate)
+        self._old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._hangup)
+
+    def restore(self) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    def _terminate(self, signum: int, frame: FrameType | None) -> None:
+        if self.stop.is_set():
+            self.force.set()
+        self.stop.set()
+
+    def _hangup(self, signum: int, frame: FrameType | None) -> None:
+        self.rescan()

@@ -1,0 +1,412 @@
+"""The reconciler: turns file events and scans into "look at conversation X now".
+
+One thread owns all of this state; the watcher and the pool only post to its inbox.
+For each conversation it is woken for, it
+
+1. waits until every file touched there has settled (a save that ended with close or
+   rename: on arrival; anything else, deletions included: ``settle`` seconds without
+   an event and no process holding it open for writing), so an editor's
+   save-by-rename is one change and a half-written file is never acted on;
+2. takes the conversation's run lock without waiting (held by a run here or in
+   another process: look again when it is free) and commits the files that differ from
+   HEAD as the user's edit (:mod:`jpfs.services.daemon.edits`);
+3. asks :func:`jpfs.services.daemon.actions.needs` what the files call for, and adopts the
+   conversation, records its error, or queues it in the pool.
+
+Scans (at start-up, every ``scan_interval`` seconds, after an inotify overflow, and
+for each directory that appears) find what events missed; a scan skips conversations
+whose files' stat signature did not change since the last look and needed nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from jpfs.core import ids, locks, tree
+from jpfs.core.conversation import ANSWERS, Conversation
+from jpfs.core.scope import CONVERSATION_TOML, TASK
+from jpfs.core.workspace import Workspace
+from jpfs.errors import IdError, JpfsError, LockError, RepositoryFault
+from jpfs.infra.committer import Change
+from jpfs.services.daemon import actions, edits
+from jpfs.services.daemon.actions import Need
+from jpfs.services.daemon.pool import Pool
+from jpfs.services.daemon.procfs import open_files
+from jpfs.services.daemon.seen import Seen, signature
+from jpfs.services.daemon.watcher import CLOSED, DELETED, MOVED_FROM, MOVED_TO, Batch
+
+log = logging.getLogger("jpfs.services.daemon")
+
+TOP_FILES = (TASK, ANSWERS, CONVERSATION_TOML)
+# Conversations looked at together (locks held at once, commits in flight at once).
+CHUNK = 32
+_DONE = "done"
+_RESCAN = "rescan"
+
+
+@dataclass
+class Serving:
+    """A conversation being looked at, its run lock held."""
+
+    conv_id: str
+    conv: Conversation | None
+    verdict: actions.Verdict
+    groups: dict[str, list[str]]  # conversation id -> files to commit as the user's edit
+    adopted: bool = False
+
+
+@dataclass
+class FileState:
+    last: float  # monotonic time of the last event
+    complete: bool  # the last event ended a human's save: act on arrival
+    ended: bool = True  # the last event ended a write (close, rename), whoever wrote
+
+
+class Reconciler:
+    def __init__(
+        self,
+        ws: Workspace,
+        pool: Pool,
+        *,
+        debounce: float,
+        settle: float,
+        scan_interval: float,
+        on_error: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.ws = ws
+        self.pool = pool
+        self.debounce = debounce
+        self.settle = settle
+        self.scan_interval = scan_interval
+        self.on_error = on_error
+        self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.files: dict[str, FileState] = {}  # conversation-root-relative path
+        self.touched: dict[str, set[str]] = {}  # conversation id -> touched paths
+        self.due: dict[str, float] = {}  # conversation id -> when to look at it
+        self.backoff: dict[str, float] = {}  # locked elsewhere: seconds until the next look
+        self.fault_wait: dict[str, float] = {}  # repository fault: seconds until the next look
+        self.seen = Seen()  # id -> (signature, need) at the last look
+        self.head: edits.Head | None = None
+        self.scans = 0
+        self.last_scan_seconds = 0.0
+        self.next_scan = time.monotonic() + scan_interval
+
+    # -- posting (any thread) ----------------------------------------------------------
+    def post(self, batch: Batch) -> None:
+        self.inbox.put(batch)
+
+    def run_done(self, conv_id: str, after: float = 0.0) -> None:
+        """A run ended: look at the conversation again ``after`` seconds from now."""
+        self.inbox.put((_DONE, conv_id, after))
+
+    def request_scan(self) -> None:
+        self.inbox.put((_RESCAN, ""))
+
+    # -- the loop (reconciler thread) --------------------------------------------------
+    def start(self) -> None:
+        """Look at every conversation that changed since the last daemon saw it (every
+        one on a first start), before the daemon says ready."""
+        self.head = edits.Head(self.ws.conv_root)
+        self.scan(full=not self.seen.load(self.ws.local_dir))
+
+    def close(self) -> None:
+        self.seen.save(self.ws.local_dir)
+
+    def loop(self, stop: threading.Event, tick: Callable[[], None]) -> None:
+        while not stop.is_set():
+            now = time.monotonic()
+            wake = min([self.next_scan, now + 1.0, *self.due.values()])
+            try:
+                item = self.inbox.get(timeout=max(0.0, min(wake - now, 0.25)))
+            except queue.Empty:
+                item = None
+            while item is not None:
+                self.handle(item)
+                try:
+                    item = self.inbox.get_nowait()
+                except queue.Empty:
+                    item = None
+            if stop.is_set():
+                break
+            self.process_due()
+            if time.monotonic() >= self.next_scan:
+                self.scan(full=False)
+            tick()
+
+    def handle(self, item: object) -> None:
+        if isinstance(item, Batch):
+            if item.overflow:
+                log.warning("inotify queue overflow: events were lost; rescanning everything")
+                self.recover(subject="jpfs: commit edits found after lost file events")
+                self.scan(full=True)
+            for change in item.changes:
+                self.note_change(change.path, change.kind, change.is_dir)
+        elif isinstance(item, tuple) and item[0] == _DONE:
+            self.due[item[1]] = time.monotonic() + item[2]
+        elif isinstance(item, tuple) and item[0] == _RESCAN:
+            self.scan(full=True)
+
+    def note_change(self, path: str, kind: str, is_dir: bool) -> None:
+        now = time.monotonic()
+        ended = kind in (CLOSED, MOVED_TO)
+        if is_dir:
+            conv_id, complete, ended = edits.conv_dir_of(path), False, True
+            if kind not in (DELETED, MOVED_FROM):
+                self.scan_under(conv_id)
+        else:
+            conv_id, inner = edits.conv_of(path)
+            if edits.agent_written(inner) and conv_id and self.pool.is_running(conv_id):
+                return  # our own run's transcript: its commits are the record
+            complete = ended and not edits.agent_written(inner)
+        self.files[path] = FileState(now, complete, ended)
+        self.touched.setdefault(conv_id, set()).add(path)
+        self.due.setdefault(conv_id, now)
+
+    def stable_at(self, path: str) -> float:
+        """When ``path`` counts as saved, as far as events tell.
+
+        Changes arrive after ``debounce`` seconds of quiet (the watcher's), so a save
+        that ended (close after write, rename into place) is settled on arrival;
+        anything else (a write not closed yet, a file seen only as created because it
+        was written before the watch on its new directory existed, a deletion) after
+        ``settle``, and then only if no process has it open for writing
+        (:meth:`still_written`): someone typing into ``cat > task.md`` is not done.
+        """
+        st = self.files.get(path)
+        if st is None:
+            return 0.0
+        if st.complete:
+            return st.last
+        return st.last + max(0.0, self.settle - self.debounce)
+
+    def still_written(self, paths: set[str]) -> bool:
+        """Whether a file whose write was never seen to end is open for writing."""
+        unsure = [
+            self.ws.conv_root / p
+            for p in paths
+            if (st := self.files.get(p)) is not None and not st.ended
+        ]
+        return bool(open_files([p for p in unsure if p.is_file()], writing=True))
+
+    def process_due(self) -> None:
+        now = time.monotonic()
+        due = [c for c, t in self.due.items() if t <= now]
+        for conv_id in due:
+            del self.due[conv_id]
+        for n in range(0, len(due), CHUNK):
+            self.reconcile(due[n : n + CHUNK])
+
+    # -- conversations ----------------------------------------------------------------------
+    def reconcile(self, conv_ids: list[str]) -> None:
+        """Look at these conversations: commit their edits together, then act on each.
+
+        The edits of all of them are committed concurrently, so the committer's group
+        commit lands a burst of saves in a few commits instead of one after another.
+        """
+        serving: list[Serving] = []
+        with contextlib.ExitStack() as held:
+            for conv_id in conv_ids:
+                try:
+                    item = self.prepare(conv_id, held)
+                except RepositoryFault as exc:
+                    self.look_again_later(conv_id, exc)
+                    continue
+                except Exception as exc:  # one conversation must never stop the daemon
+                    log.exception("reconciling %r failed", conv_id)
+                    self.on_error(f"{conv_id}: {exc}")
+                    continue
+                if item is not None:
+                    serving.append(item)
+            committed = self.commit_all([g for item in serving for g in item.groups.items()])
+            for item in serving:
+                try:
+                    self.conclude(item, committed)
+                except Exception as exc:
+                    log.exception("reconciling %r failed", item.conv_id)
+                    self.on_error(f"{item.conv_id}: {exc}")
+        for item in serving:  # the run locks are released: the pool may take them
+            self.backoff.pop(item.conv_id, None)
+            self.fault_wait.pop(item.conv_id, None)
+            self.forget(item.conv_id)
+            if item.verdict.need is Need.RUN:
+                self.pool.submit(item.conv_id)
+
+    def look_again_later(self, conv_id: str, exc: RepositoryFault) -> None:
+        """The repository failed, not the conversation: say so, and look again after
+        1, 2, 4 ... seconds (at most a minute), so the fix is all the user has to do."""
+        wait = min(self.fault_wait.get(conv_id, 0.5) * 2, 60.0)
+        self.fault_wait[conv_id] = wait
+        self.due[conv_id] = time.monotonic() + wait
+        log.warning("%s: repository fault, looking again in %g s: %s", conv_id, wait, exc)
+        self.on_error(f"{conv_id}: {exc} (trying again in {wait:g} s)")
+
+    def prepare(self, conv_id: str, held: contextlib.ExitStack) -> Serving | None:
+        """Take the run lock, adopt, find the edits to commit; None: nothing to do now."""
+        paths = self.touched.get(conv_id, set())
+        settled = max((self.stable_at(p) for p in paths), default=0.0)
+        if settled > time.monotonic():
+            self.due[conv_id] = settled
+            return None
+        if self.still_written(paths):
+            self.due[conv_id] = time.monotonic() + self.settle
+            return None
+        if not conv_id:  # files at the root belong to no conversation
+            return Serving("", None, actions.Verdict(Need.NOTHING), self.dirty(paths))
+        if self.pool.is_running(conv_id):
+            return None  # the pool calls back when the run ends; touched paths wait till then
+        try:
+            conv = Conversation(self.ws.conv_root, conv_id)
+        except IdError:
+            self.forget(conv_id)
+            return None
+        if not paths:
+            # The common case of a scan: nothing touched and nothing needed, no lock taken.
+            verdict = actions.needs(self.ws, conv)
+            if verdict.need is Need.NOTHING:
+                self.seen.put(conv_id, signature(conv), verdict.need)
+                return None
+        try:
+            held.enter_context(locks.conversation_lock(self.ws.local_dir, conv_id))
+        except LockError:
+            wait = min(self.backoff.get(conv_id, 0.05) * 2, 2.0)
+            self.backoff[conv_id] = wait
+            self.due[conv_id] = time.monotonic() + wait
+            return None
+        assert self.head is not None
+        verdict = actions.needs(self.ws, conv)
+        adopted = False
+        if verdict.need is Need.ADOPT:
+            try:
+                agent = actions.adopt(self.ws, conv, self.head.refresh())
+                log.info("%s: new conversation from task.md (agent %s)", conv.id, agent)
+                adopted = True
+            except JpfsError as exc:
+                verdict = actions.Verdict(Need.BROKEN, reason=str(exc).splitlines()[0])
+        candidates = set(paths)
+        if paths or verdict.need is not Need.NOTHING:
+            candidates.update(f"{conv.id}/{name}" for name in TOP_FILES)
+        return Serving(conv_id, conv, verdict, self.dirty(candidates), adopted)
+
+    def dirty(self, paths: set[str]) -> dict[str, list[str]]:
+        """Files among ``paths`` (directories expanded) that differ from HEAD, by conversation."""
+        assert self.head is not None
+        if not paths:
+            return {}
+        self.head.refresh()
+        groups: dict[str, set[str]] = {}
+        for path in paths:
+            for rel in edits.expand(self.ws, self.head, path):
+                if edits.differs(self.ws, self.head, rel):
+                    groups.setdefault(edits.conv_of(rel)[0], set()).add(rel)
+        return {conv_id: sorted(rels) for conv_id, rels in groups.items()}
+
+    def commit_all(self, groups: list[tuple[str, list[str]]]) -> set[str]:
+        """Commit each conversation's edits (as the user); returns the ids committed."""
+        done: set[str] = set()
+
+        def one(group: tuple[str, list[str]]) -> None:
+            conv_id, rels = group
+            if not conv_id:
+                self.report_misnamed(rels)
+            try:
+                if edits.commit_edits(self.ws, conv_id, rels):
+                    log.info("%s: committed the user's edit of %s", conv_id or "(root)",
+                             ", ".join(rels))  # fmt: skip
+                done.add(conv_id)
+            except JpfsError as exc:
+                log.error("%s: cannot commit the user's edit: %s", conv_id or "(root)", exc)
+                self.on_error(f"{conv_id}: {exc}")
+
+        if len(groups) <= 1:
+            for group in groups:
+                one(group)
+        else:
+            with ThreadPoolExecutor(min(len(groups), CHUNK), "jpfs-commit") as fan:
+                list(fan.map(one, groups))
+        return done
+
+    def report_misnamed(self, rels: list[str]) -> None:
+        """Files under a directory whose name is no conversation id are still committed
+        (nothing is lost), but never silently: the user is told what to rename."""
+        for top in sorted({rel.split("/", 1)[0] for rel in rels if "/" in rel}):
+            try:
+                ids.validate(top)
+            except IdError as exc:
+                message = (
+                    f"{top}/ is not a conversation: {exc}; its files are kept as plain"
+                    " files of the record. Rename the directory to make it a conversation"
+                )
+                log.warning("%s", message)
+                self.on_error(message)
+
+    def conclude(self, item: Serving, committed: set[str]) -> None:
+        """Still under the lock: what the committed files call for; record a broken one."""
+        if item.conv is None:
+            return
+        # A conversation that could not be adopted stays broken: re-deriving would say
+        # "adopt" again and leave the error unreported until the next periodic scan.
+        if (item.conv_id in committed or item.adopted) and item.verdict.need is not Need.BROKEN:
+            item.verdict = actions.needs(self.ws, item.conv)
+        if item.verdict.need is Need.BROKEN:
+            log.warning("%s: %s", item.conv_id, item.verdict.reason)
+            self.on_error(f"{item.conv_id}: {item.verdict.reason}")
+            actions.record_failure(self.ws, item.conv, item.verdict.reason)
+        elif item.verdict.reason and item.verdict.need is Need.NOTHING:
+            log.warning("%s: %s", item.conv_id, item.verdict.reason)
+            self.on_error(f"{item.conv_id}: {item.verdict.reason}")
+        self.seen.put(item.conv_id, signature(item.conv), item.verdict.need)
+
+    def forget(self, conv_id: str) -> None:
+        for path in self.touched.pop(conv_id, set()):
+            self.files.pop(path, None)
+
+    # -- scans ---------------------------------------------------------------------------------
+    def scan(self, *, full: bool) -> None:
+        """Look at every conversation whose files changed (all of them when ``full``)."""
+        started = time.monotonic()
+        looked: list[str] = []
+        live = set()
+        for conv_id in tree.walk(self.ws.conv_root):
+            live.add(conv_id)
+            if not full and self.seen.unchanged(Conversation(self.ws.conv_root, conv_id)):
+                continue
+            if conv_id in self.touched:  # its files are settling: it is due anyway
+                self.due.setdefault(conv_id, time.monotonic())
+                continue
+            looked.append(conv_id)
+            if len(looked) % CHUNK == 0:
+                self.reconcile(looked[-CHUNK:])
+        self.reconcile(looked[len(looked) - len(looked) % CHUNK :])
+        self.seen.keep_only(live)
+        self.seen.save(self.ws.local_dir)
+        self.scans += 1
+        self.next_scan = time.monotonic() + self.scan_interval
+        took = self.last_scan_seconds = time.monotonic() - started
+        log.debug("scan: looked at %d of %d in %.3fs", len(looked), len(live), took)
+
+    def scan_under(self, conv_id: str) -> None:
+        """A directory appeared: its files may predate the watch on it."""
+        found = [conv_id] if conv_id else []
+        found += list(tree.walk(self.ws.conv_root, conv_id or None))
+        for cid in found:
+            self.due.setdefault(cid, time.monotonic())
+
+    def recover(self, subject: str) -> None:
+        """Commit whatever differs from HEAD under the root (crash, lost events)."""
+        trailers = (("Jpfs-Event", "recover"),)
+        paths = edits.pending(self.ws)
+        if paths is None:
+            sha = self.ws.committer.commit_pending(subject=subject, trailers=trailers)
+        elif paths:
+            sha = self.ws.commit(Change(tuple(paths), subject, trailers))
+        else:
+            sha = None
+        if sha:
+            log.info("committed uncommitted files found under the conversation root (%s)", sha[:12])

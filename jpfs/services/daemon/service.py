@@ -1,0 +1,376 @@
+"""The daemon: wiring of the watcher, the reconciler and the agent pool.
+
+Start-up, in this order (each step makes the next one safe after a SIGKILL):
+
+1. take the workspace's daemon lock (one daemon per workspace);
+2. delete temporary files of dead jpfs processes, make sure editors' swap files are
+   git-ignored under the conversation root, and commit whatever a killed process
+   wrote but did not commit (``commit_pending``);
+3. start watching, then scan every conversation once, then report ready.
+
+The main thread runs the reconciler loop; signals only set events it checks.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jpfs.core import config as config_mod
+from jpfs.core import locks
+from jpfs.core.conversation import Conversation
+from jpfs.core.state import State
+from jpfs.core.workspace import Workspace
+from jpfs.errors import Cancelled, ConfigError, JpfsError, LockError, RepositoryFault
+from jpfs.infra.providers.base import Provider
+from jpfs.services.daemon import actions, process, recovery
+from jpfs.services.daemon.actions import DaemonRunner, Need
+from jpfs.services.daemon.pool import Job, Pool
+from jpfs.services.daemon.reconciler import Reconciler
+from jpfs.services.daemon.watcher import watch
+
+log = logging.getLogger("jpfs.services.daemon")
+
+# How long a run's jp_query waits for a child that another run holds.
+CHILD_LOCK_WAIT = 600.0
+# A run stopped by a repository fault is tried again after 1, 2, 4 ... seconds, at most
+# this many: soon after the user frees the disk, without spinning while it stays full.
+FAULT_RETRY_MAX = 60.0
+
+
+@dataclass
+class Stats:
+    started: float = field(default_factory=time.time)
+    runs: int = 0
+    failures: int = 0
+    last_error: dict[str, Any] | None = None
+
+
+# Keys a running daemon cannot change under itself; a change waits for the next start.
+RESTART_KEYS = ("conversations.root", "record.branch", "daemon.log_max_bytes", "daemon.log_backups")
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+class Daemon:
+    def __init__(self, ws: Workspace, cfg: Sequence[str] = ()) -> None:
+        self.ws = ws
+        self.cfg = tuple(cfg)  # the --cfg layers it was started with, kept on a reload
+        self._config_stamp = _stamp(self.config_file)
+        self.files = process.Files.of(ws)
+        self.stop = threading.Event()
+        self.force = threading.Event()
+        self.ready = threading.Event()
+        self.stats = Stats()
+        self.providers: dict[str, Provider] = {}
+        # conversation id -> seconds to wait before the next try after a repository fault
+        self.fault_backoff: dict[str, float] = {}
+        self._retry_after: dict[str, float] = {}
+        settings = ws.config
+        self.pool = Pool(int(settings["daemon.max_agents"]), self.run_job, self.on_run_done)
+        self.reconciler = Reconciler(
+            ws,
+            self.pool,
+            debounce=float(settings["daemon.debounce"]),
+            settle=float(settings["daemon.settle"]),
+            scan_interval=float(settings["daemon.scan_interval"]),
+            on_error=self.record_error,
+        )
+        self._watcher: threading.Thread | None = None
+        self._watching = threading.Event()
+        self._last_status = 0.0
+        self._last_key = ""
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def run(self) -> int:
+        """Serve until :attr:`stop` is set (a signal, or a test); returns the exit status."""
+        try:
+            with process.instance_lock(self.files):
+                log.info("daemon %d starting in %s", os.getpid(), self.ws.root)
+                try:
+                    self.prepare()
+                    self.start_watching()
+                    self.reconciler.start()
+                    self.ready.set()
+                    self.write_status(force=True)
+                    log.info("daemon ready: watching %s", self.ws.conv_root)
+                    self.reconciler.loop(self.stop, self.tick)
+                finally:
+                    self.shutdown()
+                log.info("daemon %d stopped", os.getpid())
+        finally:
+            self.pool.force()  # no-op after a clean shutdown; ends the idle workers otherwise
+            self.pool.join(5.0)
+        return 0
+
+    def prepare(self) -> None:
+        self.ws.ensure_record()
+        swept = recovery.sweep_debris(self.ws)
+        if swept:
+            log.info("removed %d temporary file(s) or dir(s) left by killed processes", swept)
+        try:
+            self.reconciler.recover("jpfs: recover files written before a crash")
+        except RepositoryFault as exc:
+            # Serve anyway: status says what is wrong, and the scans commit once it is fixed.
+            log.error("cannot commit the files found at start: %s", exc)
+            self.record_error(f"start-up: {exc}")
+        from jpfs.services import background
+
+        background.set_starter(self.ws.root, self.start_in_pool)
+
+    def start_in_pool(self, ws: Workspace, conv_id: str) -> bool:
+        self.pool.submit(conv_id)
+        return True  # queued, running, or left for the next start's scan
+
+    def start_watching(self) -> None:
+        self._watcher = threading.Thread(target=self._watch, name="jpfs-watcher", daemon=True)
+        self._watcher.start()
+        while not self._watching.wait(0.05):
+            if not self._watcher.is_alive():
+                raise JpfsError(f"cannot watch {self.ws.conv_root} (see {self.files.log})")
+
+    def _watch(self) -> None:
+        try:
+            for batch in watch(
+                self.ws.conv_root,
+                self.stop,
+                debounce=float(self.ws.config["daemon.debounce"]),
+                started=self._watching,
+            ):
+                self.reconciler.post(batch)
+        except Exception as exc:
+            log.exception("the file watcher failed; only the periodic scans remain")
+            self.record_error(f"file watcher: {exc}")
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        from jpfs.services import background
+
+        background.set_starter(self.ws.root, None)
+        running, _ = self.pool.snapshot()
+        if running:
+            log.info("stopping: letting %d run(s) finish their current step", len(running))
+        self.pool.stop()
+        while not self.pool.join(0.1):
+            if self.force.is_set():
+                log.info("second signal: interrupting the runs")
+                self.pool.force()
+                self.pool.join()
+                break
+            self.write_status()
+        if self._watcher is not None:
+            self._watcher.join()
+        self.reconciler.close()
+        self.ws.committer.close()
+
+    # -- runs (pool threads) --------------------------------------------------------------
+    def run_job(self, job: Job) -> None:
+        runner = DaemonRunner(
+            self.ws,
+            cancel=job.cancel,
+            stopping=job.stopping,
+            providers=self.providers,
+            lock_wait=CHILD_LOCK_WAIT,
+        )
+        job.info["runner"] = runner
+        conv = Conversation(self.ws.conv_root, job.conv_id)
+        try:
+            with locks.conversation_lock(self.ws.local_dir, conv.id):
+                verdict = actions.needs(self.ws, conv)
+                if verdict.need is not Need.RUN:
+                    return
+                meta = conv.meta()
+                job.info["agent"] = meta.get("agent", "")
+                job.info["model"] = conv.config.get("model", "")
+                self.stats.runs += 1
+                log.info("%s: run starts (%s)", conv.id, verdict.state)
+                try:
+                    state = runner.run_locked(conv)
+                except Cancelled:
+                    log.info("%s: run stopped by the daemon; it resumes at the next start", conv.id)
+                    return
+                except RepositoryFault as exc:
+                    self.postpone(conv, exc)
+                    return
+                except JpfsError as exc:
+                    self.fail(conv, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                    return
+                except Exception as exc:
+                    log.exception("%s: run crashed", conv.id)
+                    name = type(exc).__name__
+                    self.fail(conv, f"internal error in jpfs ({name}); see {self.files.log}")
+                    return
+                self.fault_backoff.pop(conv.id, None)
+                log.info("%s: run ends: %s", conv.id, state)
+                if state is State.FAILED:
+                    last = conv.last_event()
+                    reason = last.body.strip() if last is not None and last.role == "error" else ""
+                    self.stats.failures += 1
+                    self.record_error(
+                        f"{conv.id}: {reason.splitlines()[0] if reason else 'failed'}"
+                    )
+                    log.warning("%s: failed: %s", conv.id, reason)
+        except LockError:
+            log.debug("%s: taken by another run; looking again when it is free", conv.id)
+
+    def fail(self, conv: Conversation, message: str) -> None:
+        self.stats.failures += 1
+        self.record_error(f"{conv.id}: {message}")
+        log.warning("%s: failed: %s", conv.id, message)
+        try:
+            actions.record_failure(self.ws, conv, message)
+        except JpfsError as exc:
+            log.error("%s: could not record the failure: %s", conv.id, exc)
+
+    def postpone(self, conv: Conversation, exc: RepositoryFault) -> None:
+        """The repository failed under the run: the conversation is not at fault, so no
+        error event; the run is tried again later, from its files, with backoff."""
+        delay = min(FAULT_RETRY_MAX, self.fault_backoff.get(conv.id, 0.5) * 2)
+        self.fault_backoff[conv.id] = delay
+        self._retry_after[conv.id] = delay
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        self.record_error(f"{conv.id}: {first} (trying again in {delay:g} s)")
+        log.warning("%s: repository fault, trying again in %g s: %s", conv.id, delay, first)
+
+    def on_run_done(self, conv_id: str) -> None:
+        self.reconciler.run_done(conv_id, after=self._retry_after.pop(conv_id, 0.0))
+
+    # -- configuration ------------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        return self.ws.jpfs_dir / config_mod.CONFIG_FILE
+
+    def tick(self) -> None:
+        self.reload_config()
+        self.write_status()
+
+    def reload_config(self) -> None:
+        """Take up an edit of ``.jpfs/config.toml`` (checked by stat, about once a
+        second): pool size and timings at once, the rest as each run reads it. A broken
+        file is reported and the previous configuration kept, so one typo never stops
+        the daemon. Profiles and trust need nothing here: they are read per run."""
+        stamp = _stamp(self.config_file)
+        if stamp == self._config_stamp:
+            return
+        self._config_stamp = stamp
+        try:
+            fresh = config_mod.load(self.ws.jpfs_dir, self.cfg)
+        except ConfigError as exc:
+            log.error("config not reloaded, the previous one stays in force: %s", exc)
+            self.record_error(f"config: {exc} (the previous configuration stays in force)")
+            return
+        current = self.ws.config
+        changed = sorted(k for k, v in fresh.values.items() if current.values.get(k) != v)
+        later = [k for k in changed if k in RESTART_KEYS]
+        for key in changed:
+            if key not in later:
+                current.values[key] = fresh.values[key]
+                current.sources[key] = fresh.sources[key]
+        self.pool.resize(int(current["daemon.max_agents"]))
+        self.reconciler.debounce = float(current["daemon.debounce"])
+        self.reconciler.settle = float(current["daemon.settle"])
+        self.reconciler.scan_interval = float(current["daemon.scan_interval"])
+        if changed:
+            log.info("config reloaded: %s", ", ".join(k for k in changed if k not in later))
+        if later:
+            log.warning("%s change(s) at the next daemon start", ", ".join(later))
+            self.record_error(f"config: {', '.join(later)} change(s) at the next daemon start")
+
+    # -- status ---------------------------------------------------------------------------
+    def record_error(self, message: str) -> None:
+        self.stats.last_error = {"time": process.iso(time.time()), "message": message}
+
+    def write_status(self, force: bool = False) -> None:
+        """Refresh daemon.json: within 0.25 s of a change, else every 2 s (times move on)."""
+        now = time.time()
+        if not force and now - self._last_status < 0.25:
+            return
+        jobs, queued = self.pool.snapshot()
+        agents = []
+        for job in jobs:
+            runner = job.info.get("runner")
+            agents.append(
+                {
+                    "id": job.conv_id,
+                    "agent": job.info.get("agent", ""),
+                    "model": job.info.get("model", ""),
+                    "since": process.iso(job.started),
+                    "elapsed": round(now - job.started, 1),
+                    "provider_calls": getattr(runner, "provider_calls", 0),
+                    "tokens": getattr(runner, "tokens", 0),
+                    "note": getattr(runner, "last_note", ""),
+                }
+            )
+        data: dict[str, Any] = {
+            "pid": os.getpid(),
+            "ready": self.ready.is_set() and not self.stop.is_set(),
+            "stopping": self.stop.is_set(),
+            "started": self.stats.started,
+            "started_at": process.iso(self.stats.started),
+            "workspace": str(self.ws.root),
+            "max_agents": self.pool.size,
+            "agents_running": len(agents),
+            "agents": agents,
+            "queue": queued,
+            "runs": self.stats.runs,
+            "failures": self.stats.failures,
+            "scans": self.reconciler.scans,
+            "last_scan_s": round(self.reconciler.last_scan_seconds, 3),
+            "conversations": len(self.reconciler.seen),
+            "last_error": self.stats.last_error,
+        }
+        key = repr({**data, "agents": [{**a, "elapsed": 0} for a in agents]})
+        if not force and key == self._last_key and now - self._last_status < 2.0:
+            return
+        self._last_status, self._last_key = now, key
+        process.write_status(self.files, {**data, "updated_at": process.iso(now)})
+
+
+# -- logging -------------------------------------------------------------------------------------
+
+
+def setup_logging(ws: Workspace, *, stderr: bool) -> logging.Handler:
+    files = process.Files.of(ws)
+    ws.ensure_local()
+    handler = logging.handlers.RotatingFileHandler(
+        files.log,
+        maxBytes=int(ws.config["daemon.log_max_bytes"]),
+        backupCount=int(ws.config["daemon.log_backups"]),
+        encoding="utf-8",
+    )
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(fmt)
+    root = logging.getLogger("jpfs")
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    if stderr:
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(fmt)
+        root.addHandler(console)
+    return handler
+
+
+def serve(ws: Workspace, *, stderr: bool, cfg: Sequence[str] = ()) -> int:
+    """``jpfs daemon run``: the foreground daemon, signals handled."""
+    setup_logging(ws, stderr=stderr)
+    daemon = Daemon(ws, cfg)
+    signals = process.Signals(daemon.stop, daemon.force, daemon.reconciler.request_scan)
+    signals.install()
+    try:
+        return daemon.run()
+    finally:
+        signals.restore()

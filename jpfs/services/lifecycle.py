@@ -1,0 +1,225 @@
+"""Creating, forking and removing conversations; the active conversation; gc.
+
+These are the core operations behind ``jpfs conversation new|fork|rm|use|show`` and
+``jpfs gc``; the tools and the library call the same functions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from jpfs.core import ids, record, transcript, tree
+from jpfs.core.conversation import TASK, Conversation, create, now
+from jpfs.core.profiles import apply_overrides, load
+from jpfs.core.scope import resolve
+from jpfs.core.workspace import Workspace
+from jpfs.errors import ConfigError, NotFoundError, StateError
+from jpfs.infra import gitcli
+from jpfs.services import branches
+
+if TYPE_CHECKING:
+    from jpfs.infra.committer import Identity
+
+ACTIVE_FILE = "active"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    m = _DURATION.match(text)
+    if not m:
+        raise ConfigError(f"bad duration {text!r}: use a number and s, m, h, d or w (e.g. 30m)")
+    return dt.timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+_HEADING = re.compile(r"^\s*#*\s*")
+
+
+def title_of(task: str | None) -> str:
+    """A conversation's default title: the first non-empty line of its task (no ``#``s),
+    at most 80 characters, so listings say what each sub-conversation is about."""
+    for line in (task or "").splitlines():
+        text = _HEADING.sub("", line).strip()
+        if text:
+            return text[:80]
+    return ""
+
+
+def head_commit(ws: Workspace) -> str | None:
+    proc = gitcli.run(ws.root, ["rev-parse", "--verify", "-q", "HEAD"], check=False)
+    return proc.stdout.strip() or None
+
+
+def agent_config(
+    ws: Workspace, agent: str, overrides: Sequence[str] = (), onboarding: bool | None = None
+) -> dict[str, Any]:
+    config = apply_overrides(load(ws.agents_dir, agent), overrides)
+    if onboarding is not None:
+        config["onboarding"]["enabled"] = onboarding
+    return config
+
+
+def new_conversation(
+    ws: Workspace,
+    conv_id: str | None = None,
+    *,
+    parent: str | None = None,
+    agent: str | None = None,
+    title: str = "",
+    hidden: bool = False,
+    tmp: dt.timedelta | None = None,
+    activate: bool = False,
+    overrides: Sequence[str] = (),
+    onboarding: bool | None = None,
+    task: str | None = None,
+    config: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+    commit: bool = True,
+    author: Identity | None = None,
+) -> Conversation:
+    """Create a conversation (optionally with its task) and commit it.
+
+    ``author`` is who wrote the task: the user (None) or a calling agent.
+    """
+    if commit:
+        ws.ensure_record()  # refuse (old layout, SHA-256) before writing anything
+    if parent is not None:
+        parent = resolve(ws.conv_root, parent)
+    full_id = ids.join(parent, conv_id or ids.generate()) if conv_id or parent else ids.generate()
+    agent = agent or str(ws.config["conversations.default_agent"])
+    if config is None:
+        config = agent_config(ws, agent, overrides, onboarding)
+    fields = {"base": head_commit(ws), **branches.plan(ws, full_id, config), **(extra or {})}
+    conv = create(
+        ws.conv_root,
+        full_id,
+        agent=agent,
+        title=title,
+        hidden=hidden,
+        expires=now() + tmp if tmp else None,
+        config=config,
+        extra=fields,
+    )
+    if "branch" in fields:
+        branches.ensure_worktree(ws, branches.require_fork(ws, conv.id))
+    event = "new"
+    if task is not None:
+        conv.write(TASK, task if task.endswith("\n") else task + "\n")
+        event = "task"
+    if commit:
+        record.commit(ws, conv.id, event, agent=agent, author=author)
+    if activate:
+        set_active(ws, conv.id)
+    return conv
+
+
+def fork_conversation(
+    ws: Workspace,
+    source: str,
+    *,
+    last: int | None = None,
+    hidden: bool = False,
+    title: str | None = None,
+    prompt: str | None = None,
+    within: str | None = None,
+) -> Conversation:
+    """A new child of ``source`` holding its last ``last`` events (all when None).
+
+    A turn still calling tools is copied as its text alone (nothing without text):
+    its tool calls stay the source's, never to be run again by the copy.
+    """
+    source = resolve(ws.conv_root, source, within=within)
+    src = Conversation(ws.conv_root, source)
+    meta = src.meta()
+    seq = src.event_names()[-1][0] if src.event_names() else 0
+    child_id = ids.join(source, ids.generate())
+    fields = {"base": head_commit(ws), **branches.plan(ws, child_id, src.config)}
+    child = create(
+        ws.conv_root,
+        child_id,
+        agent=str(meta.get("agent", "")),
+        title=title if title is not None else str(meta.get("title", "")),
+        hidden=hidden,
+        config=src.config,
+        extra={**fields, "forked_from": f"{source}@{seq}"},
+    )
+    if "branch" in fields:
+        branches.ensure_worktree(ws, branches.require_fork(ws, child.id))
+    if last != 0:
+        # Renumbered from 1 so the child's transcript is self-contained.
+        transcript.copy_for_fork(src.events(), child.events_dir, last)
+    if prompt:
+        child.append_event("user", prompt)
+    record.commit(ws, child.id, "fork", agent=str(meta.get("agent", "")), note=f"from {source}")
+    return child
+
+
+def children(ws: Workspace, conv_id: str) -> list[str]:
+    return list(tree.walk(ws.conv_root, conv_id))
+
+
+def remove_conversation(ws: Workspace, conv_id: str, *, cascade: bool = False) -> list[str]:
+    conv_id = resolve(ws.conv_root, conv_id)
+    below = children(ws, conv_id)
+    if below and not cascade:
+        raise StateError(
+            f"conversation {conv_id!r} has {len(below)} descendant(s); use --cascade to remove them"
+        )
+    shutil.rmtree(ws.conv_root.joinpath(*conv_id.split("/")))
+    record.commit(ws, conv_id, "rm")
+    if get_active(ws) in (conv_id, *below):
+        clear_active(ws)
+    return [conv_id, *below]
+
+
+def set_active(ws: Workspace, conv_id: str) -> None:
+    conv_id = resolve(ws.conv_root, conv_id)
+    ws.ensure_local()
+    (ws.local_dir / ACTIVE_FILE).write_text(conv_id + "\n", encoding="utf-8")
+
+
+def get_active(ws: Workspace) -> str | None:
+    try:
+        value = (ws.local_dir / ACTIVE_FILE).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    return value or None
+
+
+def clear_active(ws: Workspace) -> None:
+    (ws.local_dir / ACTIVE_FILE).unlink(missing_ok=True)
+
+
+def require_active(ws: Workspace) -> str:
+    active = get_active(ws)
+    if active is None:
+        raise NotFoundError("no active conversation (run `jpfs conversation use ID`)")
+    return active
+
+
+def expired(ws: Workspace, at: dt.datetime | None = None) -> list[str]:
+    at = at or now()
+    out: list[str] = []
+    for conv_id in tree.walk(ws.conv_root):
+        if any(ids.is_descendant(conv_id, o) for o in out):
+            continue
+        expires = Conversation(ws.conv_root, conv_id).meta().get("expires")
+        if isinstance(expires, dt.datetime) and expires <= at:
+            out.append(conv_id)
+    return out
+
+
+def gc(ws: Workspace, at: dt.datetime | None = None) -> tuple[list[str], list[str]]:
+    """Remove expired temporary conversations; returns (removed, kept-because-active)."""
+    active = get_active(ws)
+    removed, kept = [], []
+    for conv_id in expired(ws, at):
+        if active and ids.is_descendant(active, conv_id, strict=False):
+            kept.append(conv_id)
+            continue
+        removed.extend(remove_conversation(ws, conv_id, cascade=True))
+    return removed, kept

@@ -1,0 +1,124 @@
+"""``query``: give a conversation input and run it until its caller must act.
+
+The one implementation behind ``jpfs query``, the ``jp_query`` tool, the MCP server
+and the library's ``call``. Input means different things in different states:
+
+    empty     the input becomes task.md
+    waiting   the input becomes the answers round for the last questions
+    idle      the input becomes the next user event (the conversation continues)
+    failed    the same, and the status goes back to active (a retry with news)
+    killed    refused: killed conversations are not resumed by accident
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import TYPE_CHECKING
+
+from jpfs.core import ids, locks, scope
+from jpfs.core.conversation import RESULT, Conversation
+from jpfs.core.state import State
+from jpfs.core.workspace import Workspace
+from jpfs.services import inputs, lifecycle, onboarding
+from jpfs.services.runtime import Runner
+
+if TYPE_CHECKING:
+    from jpfs.infra.committer import Identity
+
+
+@dataclass(frozen=True)
+class Outcome:
+    conversation: str
+    state: State
+    text: str
+
+    def wrapped(self) -> str:
+        """The tool result a calling agent sees: only the final answer, or the questions."""
+        cid = escape(self.conversation, quote=True)
+        if self.state is State.WAITING:
+            return f'<questions conversation_id="{cid}">\n{self.text.strip()}\n</questions>'
+        if self.state in (State.FAILED, State.KILLED):
+            return f'<error conversation_id="{cid}">\n{self.text.strip()}\n</error>'
+        return f'<response conversation_id="{cid}">\n{self.text.strip()}\n</response>'
+
+
+def outcome(conv: Conversation, state: State) -> Outcome:
+    if state is State.WAITING:
+        return Outcome(conv.id, state, onboarding.questions_of_round(conv))
+    if state is State.FAILED:
+        last = conv.last_event()
+        text = last.body if last is not None and last.role == "error" else "the run failed"
+        return Outcome(conv.id, state, text)
+    if state is State.KILLED:
+        return Outcome(conv.id, state, f"conversation {conv.id} was killed")
+    from jpfs.core import frontmatter
+
+    result = conv.read(RESULT)
+    text = frontmatter.parse(result)[1] if result else ""
+    return Outcome(conv.id, state, text)
+
+
+def query(
+    ws: Workspace,
+    text: str | None,
+    *,
+    conv_id: str | None = None,
+    parent: str | None = None,
+    segment: str | None = None,
+    agent: str | None = None,
+    overrides: Sequence[str] = (),
+    onboarding_enabled: bool | None = None,
+    hidden: bool = False,
+    tmp: dt.timedelta | None = None,
+    activate: bool = False,
+    within: str | None = None,
+    runner: Runner | None = None,
+    extra: dict[str, object] | None = None,
+    author: Identity | None = None,
+    on_text: Callable[[str | None], None] | None = None,
+) -> Outcome:
+    """Create (no ``conv_id``) or continue a conversation with ``text`` and run it.
+
+    ``on_text`` gets the text of its work turns as the provider streams it (``None``
+    when a turn begins); its sub-agents' turns are not streamed."""
+    runner = runner or Runner(ws)
+    if conv_id is None:
+        if parent is not None:
+            parent = scope.resolve(ws.conv_root, parent)
+        target = ids.join(parent, segment or ids.generate())
+    else:
+        target = scope.resolve(ws.conv_root, conv_id, within=within)
+    # The lock covers the input too: a daemon must not start the run between the
+    # input being written and this caller running it.
+    with locks.conversation_lock(ws.local_dir, target, wait=runner.lock_wait):
+        if conv_id is None:
+            conv = lifecycle.new_conversation(
+                ws,
+                target,
+                agent=agent,
+                title=lifecycle.title_of(text),
+                hidden=hidden,
+                tmp=tmp,
+                activate=activate,
+                overrides=overrides,
+                onboarding=onboarding_enabled,
+                task=text or "",
+                extra=dict(extra or {}),
+                author=author,
+            )
+        else:
+            conv = Conversation(ws.conv_root, target)
+            if text:
+                inputs.submit(ws, conv, text, author=author)
+            if activate:
+                lifecycle.set_active(ws, conv.id)
+        if on_text is not None:
+            runner.streams[conv.id] = on_text
+        try:
+            state = runner.run_locked(conv)
+        finally:
+            runner.streams.pop(conv.id, None)
+    return outcome(conv, state)

@@ -1,0 +1,226 @@
+"""The runs of this process: per-conversation cancellation, and noticing a kill.
+
+Every run of a conversation (``Runner.run_locked``) goes through :func:`supervise`,
+which registers it here with a cancel event of its own. That event, not the
+runner's, is what the run's provider calls and command tools see
+(:func:`cancel_event`), so killing one conversation stops exactly that one.
+
+A kill reaches a run in two ways:
+
+- in this process, :func:`cancel` sets the run's event at once;
+- from another process (``jpfs kill`` while a daemon or ``jpfs query`` runs the
+  agent), a watcher thread polls each running conversation's
+  ``conversation.toml`` every :data:`POLL` seconds (a ``stat``; the file is parsed only
+  when it changed) and sets the event when it says ``status = "killed"``. The kill
+  is in the file first, so no signal can be lost and no pid can be stale; the cost
+  is one stat per run per tick.
+
+There is one watcher thread per runner that has runs: it waits on the runner's own
+cancel event (daemon stop, a cancelled MCP request), so that reaches each of the
+runner's runs at once; it exits when the runner has no run left.
+
+A provider or command tool that sees the event raises ``Cancelled`` (or kills its
+process group); :func:`supervise` turns that into ``State.KILLED`` when the
+conversation was killed, and re-raises it when the runner itself was cancelled.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jpfs.core.conversation import ANSWERS, EVENTS, FILES, QUESTIONS, RESULT
+from jpfs.core.scope import CONVERSATION_TOML, TASK
+from jpfs.core.state import State
+from jpfs.errors import Cancelled
+
+if TYPE_CHECKING:
+    from jpfs.core.conversation import Conversation
+    from jpfs.core.workspace import Workspace
+    from jpfs.services.runtime import Runner
+
+log = logging.getLogger("jpfs.services.runs")
+
+POLL = 0.1
+Stamp = tuple[int, int, int]
+
+
+@dataclass
+class Run:
+    runner: Runner
+    conv_id: str
+    toml: Path
+    cancel: threading.Event
+    stamp: Stamp | None
+
+
+_lock = threading.Lock()
+_runs: dict[tuple[str, str], Run] = {}
+_watchers: dict[int, threading.Thread] = {}
+
+
+def _key(root: Path, conv_id: str) -> tuple[str, str]:
+    return (str(root), conv_id)
+
+
+def _stamp(path: Path) -> Stamp | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def status_of(toml: Path) -> str:
+    """The ``status`` in a conversation.toml; "" when unreadable (mid-edit, missing)."""
+    try:
+        with toml.open("rb") as fh:
+            return str(tomllib.load(fh).get("status", ""))
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+
+
+def own_paths(ws: Workspace, conv: Conversation, events: Sequence[str] | None = None) -> list[str]:
+    """What a run of ``conv`` commits: its own files, never a descendant's or its inbox.
+
+    A child may be mid-write while its parent commits (forks run concurrently), and
+    its steps belong in its own commits; mail commits itself. ``events``: only these
+    event files instead of the whole ``events/`` directory (event files are created
+    once and never rewritten, so a run that committed the directory once need name
+    only the new ones: a commit then costs what changed, not the conversation's length).
+    """
+    names = [CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, FILES]
+    if events is None:
+        names.append(EVENTS)
+    else:
+        names += [f"{EVENTS}/{name}" for name in events]
+    # Missing ones too: a file the caller deleted is committed as deleted.
+    return [ws.rel(conv.path / name) for name in names]
+
+
+def cancel_event(runner: Runner, conv: Conversation) -> threading.Event:
+    """The event a run of ``conv`` by ``runner`` is cancelled by (the runner's outside one)."""
+    run = _runs.get(_key(runner.ws.root, conv.id))
+    return run.cancel if run is not None else runner.cancel
+
+
+def cancel(root: Path, conv_id: str) -> bool:
+    """Cancel the run of ``conv_id`` in this process, if there is one."""
+    run = _runs.get(_key(root, conv_id))
+    if run is None:
+        return False
+    run.cancel.set()
+    return True
+
+
+def active(root: Path) -> list[str]:
+    """Conversations of the workspace at ``root`` running in this process."""
+    with _lock:
+        return sorted(cid for (r, cid) in _runs if r == str(root))
+
+
+def supervise(
+    runner: Runner,
+    conv: Conversation,
+    drive: Callable[[Conversation], State],
+    deliver: Callable[[Conversation], bool],
+) -> State:
+    """Run ``drive`` as a registered, killable run; then ``deliver`` and go on.
+
+    After each drive, ``deliver`` turns mail from the conversation's caller that
+    arrived meanwhile into its next input (the runtime passes
+    :func:`jpfs.services.inputs.deliver`), so a message sent while the agent was busy is never
+    left behind when it stops; it returns whether there was any.
+    """
+    key = _key(runner.ws.root, conv.id)
+    run = Run(runner, conv.id, conv.toml_path, threading.Event(), _stamp(conv.toml_path))
+    with _lock:
+        outer = _runs.get(key)
+        _runs[key] = run
+        _ensure_watcher(runner)
+    try:
+        while True:
+            state = drive(conv)
+            if not deliver(conv):
+                return state
+    except Cancelled:
+        if not runner.cancel.is_set() and status_of(conv.toml_path) == "killed":
+            runner.note(f"[{conv.id}] killed")
+            return State.KILLED
+        raise
+    finally:
+        with _lock:
+            if outer is not None:
+                _runs[key] = outer
+            elif _runs.get(key) is run:
+                del _runs[key]
+
+
+def _ensure_watcher(runner: Runner) -> None:
+    key = id(runner)
+    if key not in _watchers:
+        thread = threading.Thread(
+            target=_watch, args=(runner,), name="jpfs-runs-watcher", daemon=True
+        )
+        _watchers[key] = thread
+        thread.start()
+
+
+def _watch(runner: Runner) -> None:
+    """Watch ``runner``'s runs; one thread per runner, so its own cancel wakes it at once."""
+    tick = threading.Event()  # never set: a timed wait once the runner's cancel is set
+    while True:
+        with _lock:
+            mine = [run for run in _runs.values() if run.runner is runner]
+            if not mine:
+                # Removed under the lock: a run registered after this starts a new one.
+                del _watchers[id(runner)]
+                return
+        stopping = runner.cancel.is_set()
+        for run in mine:
+            if run.cancel.is_set():
+                continue
+            if stopping:
+                run.cancel.set()
+                continue
+            stamp = _stamp(run.toml)
+            if stamp != run.stamp:
+                run.stamp = stamp
+                if status_of(run.toml) == "killed":
+                    log.info("%s was killed: cancelling its run", run.conv_id)
+                    run.cancel.set()
+        (tick if stopping else runner.cancel).wait(POLL)
+
+
+def count_running(local_dir: Path) -> int:
+    """Conversations whose run lock is held right now, by any process on this machine."""
+    locks_dir = local_dir / "locks"
+    try:
+        names = os.listdir(locks_dir)
+    except FileNotFoundError:
+        return 0
+    count = 0
+    for name in names:
+        if not name.endswith(".lock"):
+            continue
+        try:
+            fd = os.open(locks_dir / name, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            # A shared probe conflicts with the holder's exclusive lock only.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            count += 1
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    return count

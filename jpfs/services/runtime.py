@@ -1,0 +1,351 @@
+"""The agent runner: drives one conversation from its files until the caller must act.
+
+The loop is level-triggered: each step re-derives the state from the files
+(:func:`jpfs.core.state.derive`), does one thing, writes its files and commits. A crash
+between steps loses nothing and repeats nothing: a committed model reply is never
+requested again, and only tool calls without a result event are (re)run.
+
+    onboarding -> ask_caller / start_work        (jpfs.services.onboarding)
+    running    -> first user event | pending tool calls | one model turn
+    finishing  -> result.md (+ status mail to the caller)
+    waiting / idle / failed / killed -> return: someone else acts
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from jpfs.core import frontmatter, locks, messages, profiles, record, tree
+from jpfs.core.conversation import ANSWERS, RESULT, TASK, Conversation, now
+from jpfs.core.record import agent_identity
+from jpfs.core.state import State
+from jpfs.core.tool import Tool, Toolbox, ToolContext, check_arguments, installed_toolbox
+from jpfs.core.workspace import Workspace
+from jpfs.errors import (
+    Cancelled,
+    FormatError,
+    JpfsError,
+    LimitError,
+    ProfileError,
+    ProviderError,
+    ToolFailure,
+)
+from jpfs.infra.providers.base import Provider, Reply, Request
+from jpfs.services import inputs, onboarding, reports, runs, trust
+
+log = logging.getLogger("jpfs.services.runtime")
+
+Progress = Callable[[str], None]
+
+
+def make_provider(config: Mapping[str, Any]) -> Provider:
+    kind = config.get("provider", "anthropic")
+    if kind == "script":
+        from jpfs.infra.providers.script import ScriptProvider
+
+        return ScriptProvider(config.get("script", {}))
+    if kind == "command":
+        from jpfs.infra.providers.command import CommandProvider
+
+        cmd = config.get("command", {})
+        return CommandProvider(list(cmd.get("argv", [])), timeout=float(cmd.get("timeout", 600)))
+    from jpfs.infra.providers.anthropic import AnthropicProvider
+
+    return AnthropicProvider()
+
+
+@dataclass
+class Runner:
+    """Runs conversations of one workspace. Thread-safe; one instance may run many."""
+
+    ws: Workspace
+    cancel: threading.Event = field(default_factory=threading.Event)
+    progress: Progress | None = None
+    lock_wait: float = 0.0
+    providers: dict[str, Provider] = field(default_factory=dict)
+    # Hook for the lifecycle layer: called after result.md is written (status mail).
+    on_finish: Callable[[Runner, Conversation, bool, str], None] | None = field(
+        default=reports.report_status
+    )
+    # conversation id -> where its work turns' text goes as it arrives (``jpfs query``
+    # showing the answer live); None marks the start of a turn.
+    streams: dict[str, Callable[[str | None], None]] = field(default_factory=dict)
+    toolbox: Toolbox | None = None  # default: installed_toolbox() (jpfs.core.tool)
+    _append_lock: threading.Lock = field(default_factory=threading.Lock)
+    # conversation id -> newest event committed by its current run (see commit()).
+    _committed_events: dict[str, int] = field(default_factory=dict)
+
+    # -- plumbing -------------------------------------------------------------------
+    def note(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def provider(self, config: Mapping[str, Any]) -> Provider:
+        # Keyed by what the provider is built from, so a profile edited while the daemon
+        # runs (a new argv, new script turns) gets a new provider, never the stale one.
+        kind = str(config.get("provider"))
+        key = f"{kind}:{config.get('name')}:{json.dumps(config.get(kind), sort_keys=True)}"
+        if key not in self.providers:
+            self.providers[key] = make_provider(config)
+        return self.providers[key]
+
+    def complete(self, conv: Conversation, request: Request) -> Reply:
+        if self.cancel.is_set():
+            raise Cancelled(f"run of {conv.id} cancelled")
+        sink = self.streams.get(conv.id)
+        if sink is not None and request.phase == "work" and request.on_text is None:
+            sink(None)  # a new turn begins
+            request = dataclasses.replace(request, on_text=sink)
+        if request.notify is None:
+            request = dataclasses.replace(
+                request, notify=lambda text: self.note(f"[{conv.id}] {text}")
+            )
+        return self.provider(conv.config).complete(request, runs.cancel_event(self, conv))
+
+    def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
+        agent = str(conv.meta().get("agent") or "agent")
+        if "paths" in kwargs:
+            record.commit(
+                self.ws, conv.id, event, agent=agent, author=agent_identity(agent), **kwargs
+            )
+            return
+        # The run's first commit takes the whole events/ (whatever happened before it);
+        # later ones only the events written since: O(changed), not O(events).
+        names = conv.event_names()
+        since = self._committed_events.get(conv.id)
+        new = None if since is None else [name for seq, _, name in names if seq > since]
+        paths = runs.own_paths(self.ws, conv, new)  # not running children's
+        record.commit(
+            self.ws,
+            conv.id,
+            event,
+            paths=paths,
+            agent=agent,
+            author=agent_identity(agent),
+            **kwargs,
+        )
+        self._committed_events[conv.id] = names[-1][0] if names else 0
+
+    def commit_caller_edits(self, conv: Conversation) -> None:
+        """Commit what the caller wrote by hand (task.md, answers.md...) as the user, so
+        history shows their input before the agent's reaction, never folded into it."""
+        event = "edit"
+        state = tree.state_of(conv)
+        if state is State.ONBOARDING and conv.read(ANSWERS) is not None:
+            event = "answers"
+        elif not conv.event_names() and conv.read(TASK) is not None:
+            event = "task"
+        paths = runs.own_paths(self.ws, conv)
+        names = conv.event_names()
+        record.commit(self.ws, conv.id, event, agent=conv.meta().get("agent"), paths=paths)
+        self._committed_events[conv.id] = names[-1][0] if names else 0
+
+    # -- the loop ---------------------------------------------------------------------
+    def run(self, conv_id: str) -> State:
+        """Run ``conv_id`` until it waits for its caller, is idle, failed or killed."""
+        conv = Conversation(self.ws.conv_root, conv_id)
+        with locks.conversation_lock(self.ws.local_dir, conv.id, wait=self.lock_wait):
+            return self.run_locked(conv)
+
+    def run_locked(self, conv: Conversation) -> State:
+        # A registered run: kill cancels it, and caller mail is delivered (jpfs.services.runs).
+        return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
+
+    def drive(self, conv: Conversation) -> State:
+        turns = 0
+        self._committed_events.pop(conv.id, None)  # a new run looks at all of events/
+        self.commit_caller_edits(conv)
+        try:
+            self.admit(conv)
+        except ProfileError as exc:
+            self.fail(conv, str(exc))
+            return State.FAILED
+        while True:
+            if self.cancel.is_set():
+                raise Cancelled(f"run of {conv.id} cancelled")
+            try:
+                state = tree.state_of(conv)
+                if state is State.ONBOARDING:
+                    onboarding.step(self, conv)
+                elif state is State.RUNNING:
+                    if self.work_step(conv):
+                        turns += 1
+                        limit = int(conv.config.get("limits", {}).get("max_turns", 20))
+                        if turns > limit and tree.state_of(conv) is State.RUNNING:
+                            raise LimitError(f"turn limit reached ({limit} model turns in one run)")
+                elif state is State.FINISHING:
+                    self.finish(conv, success=True)
+                else:
+                    return state
+            except Cancelled:
+                raise
+            except (ProviderError, LimitError, FormatError) as exc:
+                self.fail(conv, str(exc))
+                return State.FAILED
+
+    def work_step(self, conv: Conversation) -> bool:
+        """One unit of work; returns True when it was a model turn."""
+        events = conv.events()
+        if not events:
+            brief = onboarding.work_brief(conv)
+            conv.append_event("user", brief)
+            self.commit(conv, "input")
+            return False
+        pending = messages.pending_tool_calls(events)
+        if pending:
+            self.run_tools(conv, pending)
+            self.commit_edits(conv, [str(c["name"]) for c in pending])
+            return False
+        config = conv.config
+        tools = self.tools_for(conv)
+        request = Request(
+            model=str(config.get("model", "")),
+            system=profiles.system_prompt(config, conv.id),
+            messages=messages.to_messages(events),
+            tools=tuple(t.spec() for t in tools.values()),
+            max_tokens=int(config.get("max_tokens", 8192)),
+            timeout=float(config.get("timeout", 600.0)),
+            phase="work",
+            metadata={"conversation": conv.id},
+        )
+        self.note(f"[{conv.id}] model turn ({request.model})")
+        reply = self.complete(conv, request)
+        meta: dict[str, Any] = {
+            "model": reply.model or request.model,
+            "usage": {
+                "input_tokens": reply.usage.input_tokens,
+                "output_tokens": reply.usage.output_tokens,
+            },
+            "stop_reason": reply.stop_reason,
+        }
+        if reply.tool_calls:
+            meta["tool_calls"] = [
+                {"id": c.id, "name": c.name, "input": c.input} for c in reply.tool_calls
+            ]
+        conv.append_event("assistant", reply.text, meta)
+        self.commit(conv, "assistant", model=meta["model"], usage=reply.usage)
+        return True
+
+    def admit(self, conv: Conversation) -> None:
+        """Refuse a conversation whose ``[config]`` grants more than its profile does
+        (:func:`jpfs.core.profiles.admit`: the record never grants capabilities), or whose
+        profile runs local programs without the user's trust (:mod:`jpfs.services.trust`)."""
+        snapshot = conv.config
+        if not snapshot:
+            return
+        agent = str(conv.meta().get("agent") or snapshot.get("name") or "")
+        profile = profiles.load(self.ws.agents_dir, agent)
+        profiles.admit(snapshot, profile)
+        trust.require(self.ws.agents_dir, self.ws.local_dir, profile)
+
+    # -- tools ------------------------------------------------------------------------
+    def tools_for(self, conv: Conversation) -> dict[str, Tool]:
+        toolbox = self.toolbox or installed_toolbox()
+        if toolbox is None:
+            raise RuntimeError(
+                "no toolbox: import jpfs.tools.registry first (the CLI, the MCP server, the"
+                " daemon and the library do)"
+            )
+        return toolbox(conv.config, self.ws.agents_dir)
+
+    def tool_context(self, conv: Conversation) -> ToolContext:
+        config = conv.config
+        return ToolContext(
+            workspace_root=self.ws.root,
+            conversation=conv.id,
+            files_root=self.files_root(conv),
+            writable=tuple(config.get("tools", {}).get("write", [])),
+            cancel=runs.cancel_event(self, conv),
+            services={"runner": self, "ws": self.ws, "config": config},
+        )
+
+    def files_root(self, conv: Conversation) -> Any:
+        from jpfs.services import branches
+
+        return branches.files_root(self.ws, conv)
+
+    def commit_edits(self, conv: Conversation, tools: list[str] | None = None) -> None:
+        """Commit the agent's file edits onto its branch (branch workspaces only)."""
+        from jpfs.services import branches
+
+        agent = str(conv.meta().get("agent") or "agent")
+        branches.commit_edits(
+            self.ws, conv.id, agent=agent, author=agent_identity(agent), tools=tools
+        )
+
+    def run_tools(self, conv: Conversation, calls: list[dict[str, Any]]) -> None:
+        tools = self.tools_for(conv)
+        ctx = self.tool_context(conv)
+
+        def one(call: dict[str, Any]) -> None:
+            self.note(f"[{conv.id}] tool {call['name']}")
+            call_ctx = dataclasses.replace(ctx, services={**ctx.services, "call_id": call["id"]})
+            text, is_error = self.call_tool(tools, call_ctx, call)
+            with self._append_lock:
+                conv.append_event(
+                    "tool",
+                    text,
+                    {"tool_call_id": call["id"], "tool_name": call["name"], "is_error": is_error},
+                )
+                self.commit(conv, "tool", note=call["name"])
+
+        if len(calls) == 1:
+            one(calls[0])
+            return
+        # Several calls in one reply run concurrently (e.g. two jp_query children).
+        with ThreadPoolExecutor(max_workers=min(len(calls), 8)) as pool:
+            for future in [pool.submit(one, c) for c in calls]:
+                future.result()
+
+    def call_tool(
+        self, tools: Mapping[str, Tool], ctx: ToolContext, call: Mapping[str, Any]
+    ) -> tuple[str, bool]:
+        tool = tools.get(str(call["name"]))
+        if tool is None:
+            return f"unknown tool {call['name']!r}: this agent has no such tool", True
+        try:
+            args = check_arguments(tool, call.get("input") or {})
+            return tool.run(ctx, args), False
+        except Cancelled:
+            raise
+        except ToolFailure as exc:
+            return exc.result, True
+        except JpfsError as exc:
+            return str(exc).splitlines()[0] if str(exc) else type(exc).__name__, True
+        except Exception:
+            log.error("tool %s crashed:\n%s", call["name"], traceback.format_exc())
+            return f"internal error in tool {call['name']} (logged)", True
+
+    # -- endings ----------------------------------------------------------------------
+    def final_text(self, conv: Conversation) -> str:
+        last = conv.last_event()
+        return last.body if last is not None and last.role == "assistant" else ""
+
+    def finish(self, conv: Conversation, *, success: bool) -> None:
+        last = conv.last_event()
+        seq = last.seq if last is not None else 0
+        text = self.final_text(conv)
+        meta = {"event": seq, "created": now(), "success": success}
+        self.commit_edits(conv)
+        if self.on_finish is not None:
+            self.on_finish(self, conv, success, text)
+        # result.md last: it marks the run as reported (state idle).
+        conv.write(RESULT, frontmatter.render(meta, text))
+        self.commit(conv, "result")
+
+    def fail(self, conv: Conversation, message: str) -> None:
+        self.note(f"[{conv.id}] failed: {message}")
+        with self._append_lock:
+            conv.append_event("error", message.rstrip() + "\n")
+            conv.update(status="failed")
+        if self.on_finish is not None:
+            self.on_finish(self, conv, False, message)
+        self.commit(conv, "error", note=message.splitlines()[0][:80] if message else None)

@@ -1,0 +1,184 @@
+"""``jpfs tree`` / ``jpfs top``: the conversation tree with what each one is doing.
+
+Everything comes from the files and the run locks, so the view is right whoever runs
+the agents (the daemon, ``jpfs query``, a library call):
+
+    state     waiting (for its caller's answers), running (its run lock is held),
+              pending (the agent must act but nobody runs it yet), idle, failed,
+              killed, empty, broken (unreadable files)
+    elapsed   running: since the run took the lock (the lock file's mtime);
+              otherwise since the last change
+    tokens    input + output tokens of every model turn (assistant events' usage)
+    last      the last line the agent wrote (its last reply, question or error)
+
+A :class:`TreeView` caches token sums per conversation and only reads new event files
+on each refresh, so ``top`` stays cheap on long transcripts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from jpfs.core import frontmatter, ids, locks, tree
+from jpfs.core.conversation import Conversation
+from jpfs.core.state import AGENT_ACTS, State, derive
+from jpfs.core.workspace import Workspace
+from jpfs.errors import FormatError
+from jpfs.services import onboarding
+
+LAST_WIDTH = 60
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    depth: int
+    state: str
+    agent: str
+    model: str
+    elapsed: float
+    tokens: int
+    last: str
+    title: str
+    hidden: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _last_line(text: str) -> str:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line and line != "+++":
+            return line if len(line) <= LAST_WIDTH else line[: LAST_WIDTH - 1] + "…"
+    return ""
+
+
+class TreeView:
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self._tokens: dict[str, tuple[int, int]] = {}  # id -> (last seq counted, total)
+
+    def tokens(self, conv: Conversation, names: list[tuple[int, str, str]]) -> int:
+        seen, total = self._tokens.get(conv.id, (0, 0))
+        if names and names[-1][0] < seen:  # renumbered (rewritten history): start over
+            seen, total = 0, 0
+        for seq, role, name in names:
+            if seq <= seen or role != "assistant":
+                continue
+            try:
+                meta, _ = frontmatter.read(conv.events_dir / name, conv.root)
+            except (FormatError, OSError):
+                continue
+            usage = meta.get("usage")
+            if isinstance(usage, dict):
+                total += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+        self._tokens[conv.id] = (names[-1][0] if names else 0, total)
+        return total
+
+    def row(self, conv_id: str, base_depth: int) -> Row:
+        conv = Conversation(self.ws.conv_root, conv_id)
+        names = conv.event_names()
+        try:
+            meta = conv.meta()
+            state = derive(tree.snapshot(conv, meta))
+            shown = self.label(conv, state)
+            last = self.last(conv, state, names)
+        except FormatError as exc:
+            meta, shown = {}, "broken"
+            last = _last_line(str(exc).replace(f"{conv.path}{os.sep}", ""))
+        config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+        now = time.time()
+        if shown == "running":
+            elapsed = now - _mtime(locks.lock_path(self.ws.local_dir, conv_id))
+        else:
+            changed = [conv.toml_path, *(conv.events_dir / n for _, _, n in names[-1:])]
+            elapsed = now - max((_mtime(p) for p in changed), default=now)
+        return Row(
+            id=conv_id,
+            depth=ids.depth(conv_id) - base_depth - 1,
+            state=shown,
+            agent=str(meta.get("agent", "")),
+            model=str(config.get("model", "")) if config else "",
+            elapsed=round(max(elapsed, 0.0), 1),
+            tokens=self.tokens(conv, names),
+            last=last,
+            title=str(meta.get("title", "")),
+            hidden=bool(meta.get("hidden", False)),
+        )
+
+    def label(self, conv: Conversation, state: State) -> str:
+        if locks.is_locked(self.ws.local_dir, conv.id):
+            return "running"
+        if state in AGENT_ACTS:
+            return "pending"
+        return str(state)
+
+    def last(self, conv: Conversation, state: State, names: list[tuple[int, str, str]]) -> str:
+        if state is State.WAITING:
+            return _last_line(onboarding.questions_of_round(conv))
+        for _seq, role, name in reversed(names[-5:]):
+            if role in ("assistant", "error"):
+                try:
+                    _, body = frontmatter.read(conv.events_dir / name, conv.root)
+                except (FormatError, OSError):
+                    return ""
+                line = _last_line(body)
+                if line:
+                    return line
+        return ""
+
+    def rows(self, under: str | None = None, *, include_hidden: bool = False) -> list[Row]:
+        base = ids.depth(under) if under else 0
+        out = []
+        hidden: list[str] = []
+        for conv_id in tree.walk(self.ws.conv_root, under):
+            if any(ids.is_descendant(conv_id, h) for h in hidden):
+                continue
+            row = self.row(conv_id, base)
+            if row.hidden and not include_hidden:
+                hidden.append(conv_id)
+                continue
+            out.append(row)
+        return out
+
+
+def _mtime(path: os.PathLike[str] | str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return time.time()
+
+
+def duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def tokens_text(n: int) -> str:
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.1f}M"
+
+
+def daemon_line(ws: Workspace) -> str:
+    from jpfs.services.daemon import process
+
+    data = process.status(process.Files.of(ws))
+    if not data.get("running"):
+        return "daemon: not running"
+    return (
+        f"daemon: pid {data['pid']}, {data.get('agents_running', 0)}/"
+        f"{data.get('max_agents', '?')} agents, {data.get('queue', 0)} queued"
+    )

@@ -1,0 +1,84 @@
+"""The agent pool: global limit, fairness across subtrees, graceful and forced stops."""
+
+from __future__ import annotations
+
+import threading
+
+from jpfs.services.daemon.pool import FairQueue, Job, Pool
+from tests.conftest import no_thread_leak, wait_until
+
+
+def test_a_busy_subtree_does_not_starve_the_others() -> None:
+    queue = FairQueue()
+    for n in range(5):
+        queue.push(f"big/c{n}")
+    queue.push("human")
+    queue.push("other/x")
+    assert not queue.push("human")  # queued once
+    order = [queue.pop() for _ in range(len(queue))]
+    assert order[:3] == ["big/c0", "human", "other/x"]
+    assert order[3:] == [f"big/c{n}" for n in range(1, 5)]
+    assert queue.pop() is None
+
+
+class Harness:
+    """Runs that block until released, counting how many run at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+        self.started: list[str] = []
+        self.done: list[str] = []
+        self.stopped: list[str] = []
+
+    def run(self, job: Job) -> None:
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.started.append(job.conv_id)
+        try:
+            while not self.release.wait(0.01):
+                if job.stopping.is_set():  # a step ends, the run stops
+                    self.stopped.append(job.conv_id)
+                    return
+        finally:
+            with self.lock:
+                self.active -= 1
+
+    def finished(self, conv_id: str) -> None:
+        with self.lock:
+            self.done.append(conv_id)
+
+
+def test_the_pool_runs_at_most_max_agents_and_each_conversation_once() -> None:
+    h = Harness()
+    with no_thread_leak():
+        pool = Pool(2, h.run, h.finished)
+        for n in range(5):
+            assert pool.submit(f"c{n}")
+        assert not pool.submit("c4")  # already queued
+        wait_until(lambda: len(h.started) == 2, message="two runs")
+        assert not pool.submit("c0")  # running: not queued twice
+        assert pool.snapshot()[1] == 3
+        h.release.set()
+        wait_until(lambda: len(h.done) == 5, message="all runs")
+        pool.stop()
+        assert pool.join(5)
+    assert h.peak == 2
+    assert sorted(h.started) == [f"c{n}" for n in range(5)]
+
+
+def test_stop_ends_the_runs_after_their_step_and_drops_the_queue() -> None:
+    h = Harness()
+    with no_thread_leak():
+        pool = Pool(1, h.run, h.finished)
+        pool.submit("a")
+        pool.submit("b")
+        wait_until(lambda: h.started == ["a"], message="the first run")
+        pool.stop()
+        assert pool.join(5)
+        assert not pool.submit("c")
+    assert h.stopped == ["a"] and h.started == ["a"]
+    assert h.done == []  # no follow-up work is scheduled while stopping
