@@ -21,12 +21,13 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jpfs.errors import Cancelled, ProviderError
-from jpfs.infra.providers.base import JsonDict, Reply, Request, ToolCall, Usage
+from jpfs.infra.providers import anthropic_reply
+from jpfs.infra.providers.base import JsonDict, Reply, Request
 
 if TYPE_CHECKING:
     import ssl
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 # How often a waiting caller looks at the cancel flag and the attempt's deadline.
 _POLL_SECONDS = 0.05
-_MAX_MESSAGE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class AnthropicProvider:
                 with client.messages.with_streaming_response.create(
                     **params, stream=True, timeout=http_timeout
                 ) as streamed:
-                    box["reply"] = _read_stream(
+                    box["reply"] = anthropic_reply.read_stream(
                         streamed.status_code, streamed.iter_lines(), on_text
                     )
             except BaseException as exc:  # handed over to the calling thread
@@ -212,7 +212,7 @@ class AnthropicProvider:
         if "reply" in box:
             reply: Reply = box["reply"]
             return reply
-        return _parse_reply(box["response"])
+        return anthropic_reply.parse_reply(box["response"])
 
     def _attempt_client(
         self, connections: _Connections, timeout: float
@@ -271,9 +271,11 @@ def _classify(exc: BaseException) -> _Failure:
         return _Failure(f"request timed out{which}", retryable=True, cause=exc)
     if isinstance(exc, anthropic.APIConnectionError):
         detail = f": {exc.__cause__}" if exc.__cause__ is not None else ""
-        return _Failure(_one_line(f"connection error{detail}"), retryable=True, cause=exc)
+        return _Failure(
+            anthropic_reply.one_line(f"connection error{detail}"), retryable=True, cause=exc
+        )
     if isinstance(exc, anthropic.AnthropicError):
-        return _Failure(_one_line(str(exc)), retryable=False, cause=exc)
+        return _Failure(anthropic_reply.one_line(str(exc)), retryable=False, cause=exc)
     # Not the SDK's doing: a bug on our side, which must surface as itself.
     raise exc
 
@@ -294,7 +296,9 @@ def _status_failure(exc: anthropic.APIStatusError) -> _Failure:
     message = f"HTTP {status}" + (f" {kind}" if kind else "") + (f": {detail}" if detail else "")
     if exc.request_id:
         message += f" (request-id {exc.request_id})"
-    return _Failure(_one_line(message), retryable, retry_after=_retry_after(headers), cause=exc)
+    return _Failure(
+        anthropic_reply.one_line(message), retryable, retry_after=_retry_after(headers), cause=exc
+    )
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -318,124 +322,3 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     return when.timestamp() - time.time()
-
-
-def _malformed(status: int, why: str) -> ProviderError:
-    return ProviderError(_one_line(f"anthropic: malformed response (HTTP {status}): {why}"))
-
-
-def _read_stream(status: int, lines: Iterable[str], on_text: Callable[[str], None]) -> Reply:
-    """A streamed message (server-sent events), its text handed to ``on_text`` as it
-    arrives, assembled into the same body a plain request returns, then checked by the
-    same code (:func:`_reply_from`)."""
-    message: JsonDict = {}
-    blocks: dict[int, JsonDict] = {}
-    partial: dict[int, list[str]] = {}
-    for line in lines:
-        if not line.startswith("data:"):
-            continue  # "event: ..." names the type the data repeats; blank lines end events
-        try:
-            event = json.loads(line[5:])
-        except ValueError as exc:
-            raise _malformed(status, f"an event is not JSON ({exc})") from exc
-        if not isinstance(event, dict):
-            raise _malformed(status, "an event is not a JSON object")
-        kind = event.get("type")
-        if kind == "message_start" and isinstance(event.get("message"), dict):
-            message = dict(event["message"])
-        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
-            blocks[_int(event.get("index"))] = dict(event["content_block"])
-        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
-            index, delta = _int(event.get("index")), event["delta"]
-            block = blocks.get(index)
-            if block is None:
-                raise _malformed(status, "a delta for a block that never started")
-            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
-                block["text"] = str(block.get("text") or "") + delta["text"]
-                on_text(delta["text"])
-            elif delta.get("type") == "input_json_delta":
-                partial.setdefault(index, []).append(str(delta.get("partial_json") or ""))
-        elif kind == "message_delta":
-            if isinstance(event.get("delta"), dict):
-                message.update({k: v for k, v in event["delta"].items() if v is not None})
-            if isinstance(event.get("usage"), dict):
-                message["usage"] = {**(message.get("usage") or {}), **event["usage"]}
-        elif kind == "error":
-            error = event.get("error")
-            why = error.get("message") if isinstance(error, dict) else None
-            raise ProviderError(_one_line(f"anthropic: error mid-stream: {why}"))
-    for index, pieces in partial.items():
-        text = "".join(pieces)
-        try:
-            blocks[index]["input"] = json.loads(text) if text else {}
-        except ValueError as exc:
-            raise _malformed(status, f"a tool call's input is not JSON ({exc})") from exc
-    if not message:
-        raise _malformed(status, "the stream had no message_start")
-    message["content"] = [blocks[i] for i in sorted(blocks)]
-    return _reply_from(message, status)
-
-
-def _parse_reply(response: httpx2.Response) -> Reply:
-    """The reply from a 2xx body, checked field by field: a proxy or a broken gateway can
-    answer 200 with anything, and that must be a ProviderError, not an AttributeError."""
-    try:
-        data = json.loads(response.content)
-    except ValueError as exc:
-        raise _malformed(
-            response.status_code, f"body is not JSON ({exc}): {response.text[:80]!r}"
-        ) from exc
-    return _reply_from(data, response.status_code)
-
-
-def _reply_from(data: object, status: int) -> Reply:
-    def malformed(why: str) -> ProviderError:
-        return _malformed(status, why)
-
-    if not isinstance(data, dict):
-        raise malformed("body is not a JSON object")
-    content = data.get("content")
-    if not isinstance(content, list):
-        raise malformed("no 'content' list")
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    for block in content:
-        if not isinstance(block, dict):
-            raise malformed("a content block is not an object")
-        kind = block.get("type")
-        if kind == "text":
-            text = block.get("text")
-            if not isinstance(text, str):
-                raise malformed("a text block has no text")
-            texts.append(text)
-        elif kind == "tool_use":
-            call_id, name, args = block.get("id"), block.get("name"), block.get("input")
-            if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(args, dict)):
-                raise malformed("a tool_use block lacks id, name or input")
-            calls.append(ToolCall(call_id, name, args))
-        # Other blocks (thinking, server tools) carry nothing jpfs acts on.
-    usage = data.get("usage")
-    if not isinstance(usage, dict):
-        usage = {}
-    return Reply(
-        text="".join(texts),
-        tool_calls=tuple(calls),
-        usage=Usage(
-            # Cached prompt tokens were still read by the model; count them as input.
-            input_tokens=_int(usage.get("input_tokens"))
-            + _int(usage.get("cache_creation_input_tokens"))
-            + _int(usage.get("cache_read_input_tokens")),
-            output_tokens=_int(usage.get("output_tokens")),
-        ),
-        model=str(data.get("model") or ""),
-        stop_reason=str(data.get("stop_reason") or "end_turn"),
-    )
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _one_line(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _MAX_MESSAGE_CHARS else flat[: _MAX_MESSAGE_CHARS - 1] + "…"
