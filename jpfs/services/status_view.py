@@ -28,6 +28,7 @@ from jpfs.core.state import AGENT_ACTS, State, derive
 from jpfs.core.workspace import Workspace
 from jpfs.errors import FormatError
 from jpfs.services import onboarding
+from jpfs.services.daemon import process
 
 LAST_WIDTH = 60
 
@@ -61,6 +62,18 @@ class TreeView:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self._tokens: dict[str, tuple[int, int]] = {}  # id -> (last seq counted, total)
+        self._notes: dict[str, str] = {}  # id -> what its daemon run is doing now
+
+    def load_notes(self) -> None:
+        """What the daemon's runs are doing this moment (``daemon.json``): a model turn,
+        a tool, a wait before a retry. A running row shows it instead of its last line."""
+        data = process.read_status(process.Files.of(self.ws))
+        notes: dict[str, str] = {}
+        for agent in data.get("agents") or []:
+            if isinstance(agent, dict) and agent.get("note"):
+                conv_id, note = str(agent.get("id", "")), str(agent["note"])
+                notes[conv_id] = note.removeprefix(f"[{conv_id}] ")
+        self._notes = notes
 
     def tokens(self, conv: Conversation, names: list[tuple[int, str, str]]) -> int:
         seen, total = self._tokens.get(conv.id, (0, 0))
@@ -94,6 +107,7 @@ class TreeView:
         now = time.time()
         if shown == "running":
             elapsed = now - _mtime(locks.lock_path(self.ws.local_dir, conv_id))
+            last = _last_line(self._notes.get(conv_id, "")) or last
         else:
             changed = [conv.toml_path, *(conv.events_dir / n for _, _, n in names[-1:])]
             elapsed = now - max((_mtime(p) for p in changed), default=now)
@@ -133,6 +147,7 @@ class TreeView:
 
     def rows(self, under: str | None = None, *, include_hidden: bool = False) -> list[Row]:
         base = ids.depth(under) if under else 0
+        self.load_notes()
         out = []
         hidden: list[str] = []
         for conv_id in tree.walk(self.ws.conv_root, under):

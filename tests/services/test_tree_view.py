@@ -78,3 +78,25 @@ def test_tree_text_and_top_frames(ws: Path, cli: Callable[..., Result]) -> None:
 
     below = cli("tree", ids["waiting"])
     assert below.code == 0 and "(no conversations)" in below.stdout
+
+
+def test_a_daemon_run_shows_what_it_is_doing_live(ws: Path) -> None:
+    from tests.conftest import jpfs_subprocess, running_daemon, wait_until
+
+    setup_workspace(ws, default_agent="helper", delay=3.0)
+    with running_daemon(ws):
+        conv = ws / "conversations" / "slow"
+        conv.mkdir()
+        (conv / "task.md").write_text("Take your time.\n", encoding="utf-8")
+
+        def running_row() -> dict[str, object] | None:
+            shown = jpfs_subprocess("tree", "--format", "json", cwd=ws)
+            rows = [r for r in json.loads(shown.stdout) if r["id"] == "slow"]
+            running = rows and rows[0]["state"] == "running" and rows[0]["last"]
+            return rows[0] if running else None
+
+        # The daemon publishes its runs' notes within a quarter second of a change.
+        row = wait_until(running_row, timeout=20, message="the run's note in the tree")
+        assert isinstance(row, dict) and row["last"] == "model turn (script-helper)"
+        assert not (conv / "result.md").exists()  # shown while it ran, not after
+        wait_until((conv / "result.md").exists, timeout=30, message="the result")
