@@ -161,6 +161,25 @@ def test_grep_scopes_and_hidden(ws: Path, cli) -> None:
     assert "a/h: token in a/h" in cli("c", "grep", "token", "--hidden").stdout
 
 
+def test_grep_finds_files_not_committed_yet(ws: Path, cli) -> None:
+    cli("c", "new", "a")
+    cli("c", "new", "x", "--parent", "a")
+    # Written by hand with no daemon running: on disk, in no commit.
+    (ws / CONV / "a" / "files").mkdir()
+    (ws / CONV / "a" / "files" / "notes.md").write_text("a fresh needle\n", encoding="utf-8")
+    (ws / CONV / "a" / "x" / "task.md").write_text("another needle\n", encoding="utf-8")
+    untracked = ["git", "ls-files", "-o", "--exclude-standard"]
+    import subprocess
+
+    listed = subprocess.run(untracked, cwd=ws / CONV, capture_output=True, text=True, check=True)
+    assert "a/files/notes.md" in listed.stdout  # really not committed
+    hits = json.loads(cli("c", "grep", "needle", "--format", "json").stdout)
+    assert {(h["id"], h["file"]) for h in hits} == {("a", "files/notes.md"), ("a/x", "task.md")}
+    assert cli("c", "grep", "needle", "--id", "a").stdout == "a: a fresh needle\n"
+    assert cli("c", "grep", "needle", "--root", "a").stdout == "a/x: another needle\n"
+    assert cli("c", "grep", "-i", "--regex", "FRESH n[e]+dle").code == 0
+
+
 def test_fork_copies_last_events(ws: Path, cli) -> None:
     from jpfs.core.conversation import Conversation
 
