@@ -18,6 +18,7 @@ from jpfs.core import frontmatter, ids
 from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, Conversation
 from jpfs.core.scope import CONVERSATION_TOML, TASK
 from jpfs.core.state import Snapshot, State, derive
+from jpfs.core.summaries import WATCHED, Summaries, signature
 from jpfs.errors import FormatError
 
 SKIP = frozenset({"events", "inbox", "files"})
@@ -28,28 +29,47 @@ def walk(conv_root: Path, under: str | None = None) -> Iterator[str]:
 
     Symlinked directories are never followed: they could lead out of the tree.
     """
+    for conv_id, _ in walk_entries(conv_root, under):
+        yield conv_id
+
+
+def walk_entries(
+    conv_root: Path, under: str | None = None, keep: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, dict[str, os.DirEntry[str]]]]:
+    """:func:`walk`, with each conversation directory's entries named in ``keep`` (one
+    scandir per directory serves both the walk and whoever looks at those files)."""
     start = conv_root.joinpath(*under.split("/")) if under else conv_root
     prefix = f"{under}/" if under else ""
-    stack: list[tuple[Path, str]] = [(start, prefix)]
+    stack: list[tuple[str, str]] = [(str(start), prefix)]
+    marks = (CONVERSATION_TOML, TASK)
+    segment = ids.SEGMENT_RE.fullmatch
     while stack:
         path, pre = stack.pop()
+        kept: dict[str, os.DirEntry[str]] = {}
+        children: list[tuple[str, str]] = []
+        is_conv = False
         try:
-            entries = sorted(os.scandir(path), key=lambda e: e.name, reverse=True)
+            with os.scandir(path) as it:
+                for entry in it:
+                    name = entry.name
+                    if name in keep:
+                        kept[name] = entry
+                    if name in marks:
+                        is_conv = True
+                    elif (
+                        name not in SKIP
+                        and entry.is_dir(follow_symlinks=False)
+                        and segment(name)
+                        and ".." not in name
+                    ):
+                        children.append((entry.path, f"{pre}{name}/"))
         except (FileNotFoundError, NotADirectoryError):
             continue
-        for entry in entries:
-            name = entry.name
-            if name in SKIP or not entry.is_dir(follow_symlinks=False):
-                continue
-            if not ids.SEGMENT_RE.fullmatch(name) or ".." in name:
-                continue
-            stack.append((Path(entry.path), f"{pre}{name}/"))
+        children.sort(key=lambda child: child[1], reverse=True)
+        stack.extend(children)
         # Yield after pushing so the order is parent first, then children.
-        if pre != prefix and (
-            os.path.lexists(os.path.join(path, CONVERSATION_TOML))
-            or os.path.lexists(os.path.join(path, TASK))
-        ):
-            yield pre.rstrip("/")
+        if pre != prefix and is_conv:
+            yield pre.rstrip("/"), kept
 
 
 def snapshot(conv: Conversation, meta: dict[str, Any] | None = None) -> Snapshot:
@@ -135,16 +155,32 @@ def info(conv: Conversation) -> Info:
 
 
 def listing(
-    conv_root: Path, under: str | None = None, *, include_hidden: bool = False
+    conv_root: Path,
+    under: str | None = None,
+    *,
+    include_hidden: bool = False,
+    cache_dir: Path | None = None,
 ) -> list[Info]:
+    """Every conversation below ``under``; with ``cache_dir`` (``.jpfs/local``), each
+    read again only if its files changed since the last listing (:mod:`summaries`)."""
+    cache = Summaries(cache_dir)
     out = []
+    seen: set[str] = set()
     hidden_prefixes: list[str] = []
-    for conv_id in walk(conv_root, under):
+    for conv_id, entries in walk_entries(conv_root, under, WATCHED):
+        seen.add(conv_id)
         if any(ids.is_descendant(conv_id, h) for h in hidden_prefixes):
             continue
-        item = info(Conversation(conv_root, conv_id))
+        sig = signature(entries)
+        known = cache.get(conv_id, sig)
+        if known is not None:
+            item = Info(**known)
+        else:
+            item = info(Conversation(conv_root, conv_id))
+            cache.put(conv_id, sig, item.to_json())
         if item.hidden and not include_hidden:
             hidden_prefixes.append(conv_id)
             continue
         out.append(item)
+    cache.save(seen if under is None else None)
     return out

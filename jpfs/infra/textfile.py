@@ -122,16 +122,16 @@ def temporary_path(path: Path, tmp_dir: Path | None = None) -> Path:
     return (tmp_dir or path.parent) / name
 
 
-def write_temporary(tmp: Path, text: str) -> None:
+def write_temporary(tmp: Path, text: str | bytes) -> None:
     """Write ``tmp`` whole, or leave nothing behind (a full disk fails mid-write)."""
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def write_atomic(path: Path, text: str, *, tmp_dir: Path | None = None) -> None:
+def write_atomic(path: Path, text: str | bytes, *, tmp_dir: Path | None = None) -> None:
     """Replace ``path`` with ``text`` all at once (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path, tmp_dir)

@@ -25,6 +25,7 @@ from typing import Any
 from jpfs.core import frontmatter, ids, locks, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import AGENT_ACTS, State, derive
+from jpfs.core.summaries import WATCHED, Summaries, signature
 from jpfs.core.workspace import Workspace
 from jpfs.errors import FormatError
 from jpfs.services import onboarding
@@ -56,6 +57,11 @@ def _last_line(text: str) -> str:
         if line and line != "+++":
             return line if len(line) <= LAST_WIDTH else line[: LAST_WIDTH - 1] + "…"
     return ""
+
+
+# The tree's own cache of what the files say (jpfs.core.summaries), beside ls's.
+FILE = "tree-summaries.bin"
+_AGENT_ACTS = frozenset(str(s) for s in AGENT_ACTS)
 
 
 class TreeView:
@@ -92,44 +98,53 @@ class TreeView:
         self._tokens[conv.id] = (names[-1][0] if names else 0, total)
         return total
 
-    def row(self, conv_id: str, base_depth: int) -> Row:
+    def facts(self, conv_id: str) -> dict[str, Any]:
+        """What the files say of a conversation: all of a row but what moves by itself
+        (running or not, the time since); cached by the files' signature in rows()."""
         conv = Conversation(self.ws.conv_root, conv_id)
         names = conv.event_names()
         try:
             meta = conv.meta()
-            state = derive(tree.snapshot(conv, meta))
-            shown = self.label(conv, state)
-            last = self.last(conv, state, names)
+            state = str(derive(tree.snapshot(conv, meta)))
+            last = self.last(conv, State(state), names)
         except FormatError as exc:
-            meta, shown = {}, "broken"
+            meta, state = {}, "broken"
             last = _last_line(str(exc).replace(f"{conv.path}{os.sep}", ""))
         config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+        changed = [conv.toml_path, *(conv.events_dir / n for _, _, n in names[-1:])]
+        return {
+            "state": state,
+            "agent": str(meta.get("agent", "")),
+            "model": str(config.get("model", "")) if config else "",
+            "tokens": self.tokens(conv, names),
+            "last": last,
+            "title": str(meta.get("title", "")),
+            "hidden": bool(meta.get("hidden", False)),
+            "updated": max((_mtime(p) for p in changed), default=time.time()),
+        }
+
+    def row(self, conv_id: str, base_depth: int, facts: dict[str, Any]) -> Row:
         now = time.time()
-        if shown == "running":
+        last = str(facts["last"])
+        if locks.is_locked(self.ws.local_dir, conv_id):
+            shown = "running"
             elapsed = now - _mtime(locks.lock_path(self.ws.local_dir, conv_id))
             last = _last_line(self._notes.get(conv_id, "")) or last
         else:
-            changed = [conv.toml_path, *(conv.events_dir / n for _, _, n in names[-1:])]
-            elapsed = now - max((_mtime(p) for p in changed), default=now)
+            shown = "pending" if facts["state"] in _AGENT_ACTS else str(facts["state"])
+            elapsed = now - float(facts["updated"])
         return Row(
             id=conv_id,
             depth=ids.depth(conv_id) - base_depth - 1,
             state=shown,
-            agent=str(meta.get("agent", "")),
-            model=str(config.get("model", "")) if config else "",
+            agent=str(facts["agent"]),
+            model=str(facts["model"]),
             elapsed=round(max(elapsed, 0.0), 1),
-            tokens=self.tokens(conv, names),
+            tokens=int(facts["tokens"]),
             last=last,
-            title=str(meta.get("title", "")),
-            hidden=bool(meta.get("hidden", False)),
+            title=str(facts["title"]),
+            hidden=bool(facts["hidden"]),
         )
-
-    def label(self, conv: Conversation, state: State) -> str:
-        if locks.is_locked(self.ws.local_dir, conv.id):
-            return "running"
-        if state in AGENT_ACTS:
-            return "pending"
-        return str(state)
 
     def last(self, conv: Conversation, state: State, names: list[tuple[int, str, str]]) -> str:
         if state is State.WAITING:
@@ -148,16 +163,25 @@ class TreeView:
     def rows(self, under: str | None = None, *, include_hidden: bool = False) -> list[Row]:
         base = ids.depth(under) if under else 0
         self.load_notes()
+        cache = Summaries(self.ws.local_dir, FILE)
         out = []
+        seen: set[str] = set()
         hidden: list[str] = []
-        for conv_id in tree.walk(self.ws.conv_root, under):
+        for conv_id, entries in tree.walk_entries(self.ws.conv_root, under, WATCHED):
+            seen.add(conv_id)
             if any(ids.is_descendant(conv_id, h) for h in hidden):
                 continue
-            row = self.row(conv_id, base)
+            sig = signature(entries)
+            facts = cache.get(conv_id, sig)
+            if facts is None:
+                facts = self.facts(conv_id)
+                cache.put(conv_id, sig, facts)
+            row = self.row(conv_id, base, facts)
             if row.hidden and not include_hidden:
                 hidden.append(conv_id)
                 continue
             out.append(row)
+        cache.save(seen if under is None else None)
         return out
 
 

@@ -83,7 +83,7 @@ def ls(
         under = scoped(ws, root, root_id) if root else root_id
     elif root is not None:
         under = scope.resolve(ws.conv_root, root)
-    items = tree.listing(ws.conv_root, under, include_hidden=hidden)
+    items = tree.listing(ws.conv_root, under, include_hidden=hidden, cache_dir=ws.local_dir)
     if fmt == "json":
         out_json([i.to_json() for i in items])
         return
