@@ -52,6 +52,17 @@ def test_one_daemon_per_workspace_and_a_stale_pid_file_never_blocks(started: Pat
     shown = jpfs_subprocess("daemon", "status", "--format", "json", cwd=ws)
     info = json.loads(shown.stdout)
     assert info["running"] is True and info["pid"] == pid and info["ready"] is True
+    # Ready as soon as it watches; the look at what changed while stopped follows.
+    wait_until(
+        lambda: (
+            json.loads(jpfs_subprocess("daemon", "status", "--format", "json", cwd=ws).stdout)[
+                "catching_up"
+            ]
+            is False
+        ),
+        message="the daemon caught up",
+    )
+    info = json.loads(jpfs_subprocess("daemon", "status", "--format", "json", cwd=ws).stdout)
     assert info["agents_running"] == 0 and info["queue"] == 0 and info["last_error"] is None
     assert info["uptime"] >= 0
 

@@ -110,11 +110,11 @@ class Reconciler:
         self.inbox.put((_RESCAN, ""))
 
     # -- the loop (reconciler thread) --------------------------------------------------
-    def start(self) -> None:
+    def start(self, stop: threading.Event | None = None) -> None:
         """Look at every conversation that changed since the last daemon saw it (every
-        one on a first start), before the daemon says ready."""
+        one on a first start); ``stop`` cuts it short."""
         self.head = edits.Head(self.ws.conv_root)
-        self.scan(full=not self.seen.load(self.ws.local_dir))
+        self.scan(full=not self.seen.load(self.ws.local_dir), stop=stop)
 
     def close(self) -> None:
         self.seen.save(self.ws.local_dir)
@@ -368,12 +368,14 @@ class Reconciler:
             self.files.pop(path, None)
 
     # -- scans ---------------------------------------------------------------------------------
-    def scan(self, *, full: bool) -> None:
+    def scan(self, *, full: bool, stop: threading.Event | None = None) -> None:
         """Look at every conversation whose files changed (all of them when ``full``)."""
         started = time.monotonic()
         looked: list[str] = []
         live = set()
         for conv_id in tree.walk(self.ws.conv_root):
+            if stop is not None and stop.is_set():
+                return  # stopping: the next start looks again (nothing was forgotten)
             live.add(conv_id)
             if not full and self.seen.unchanged(Conversation(self.ws.conv_root, conv_id)):
                 continue

@@ -94,6 +94,7 @@ class Daemon:
         self._watching = threading.Event()
         self._last_status = 0.0
         self._last_key = ""
+        self.catching_up = False  # ready, still looking at what changed while stopped
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -104,10 +105,14 @@ class Daemon:
                 try:
                     self.prepare()
                     self.start_watching()
-                    self.reconciler.start()
+                    # Ready once watching: nothing written from now on is missed. What
+                    # was written before (a crash's leftovers, edits while no daemon
+                    # ran) is caught up next, in the loop's thread, before any event.
+                    self.catching_up = True
                     self.ready.set()
                     self.write_status(force=True)
                     log.info("daemon ready: watching %s", self.ws.conv_root)
+                    self.catch_up()
                     self.reconciler.loop(self.stop, self.tick)
                 finally:
                     self.shutdown()
@@ -119,6 +124,15 @@ class Daemon:
 
     def prepare(self) -> None:
         self.ws.ensure_record()
+        from jpfs.services import background
+
+        background.set_starter(self.ws.root, self.start_in_pool)
+
+    def catch_up(self) -> None:
+        """Start-up chores that grow with the record, done once ready: temporary files
+        of dead writers, files a crash left uncommitted, and a look at every
+        conversation that changed since the last daemon saw it."""
+        started = time.monotonic()
         swept = recovery.sweep_debris(self.ws)
         if swept:
             log.info("removed %d temporary file(s) or dir(s) left by killed processes", swept)
@@ -128,9 +142,10 @@ class Daemon:
             # Serve anyway: status says what is wrong, and the scans commit once it is fixed.
             log.error("cannot commit the files found at start: %s", exc)
             self.record_error(f"start-up: {exc}")
-        from jpfs.services import background
-
-        background.set_starter(self.ws.root, self.start_in_pool)
+        self.reconciler.start(self.stop)
+        self.catching_up = False
+        self.write_status(force=True)
+        log.info("caught up with the record in %.2f s", time.monotonic() - started)
 
     def start_in_pool(self, ws: Workspace, conv_id: str) -> bool:
         self.pool.submit(conv_id)
@@ -318,6 +333,7 @@ class Daemon:
         data: dict[str, Any] = {
             "pid": os.getpid(),
             "ready": self.ready.is_set() and not self.stop.is_set(),
+            "catching_up": self.catching_up,
             "stopping": self.stop.is_set(),
             "started": self.stats.started,
             "started_at": process.iso(self.stats.started),
