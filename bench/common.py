@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# A bench is an entry point, like the CLI: in-process runs get the tools from here.
+import jpfs.tools.registry  # noqa: E402, F401
+
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Bench User",
     "GIT_AUTHOR_EMAIL": "bench@example.com",

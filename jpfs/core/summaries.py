@@ -4,10 +4,14 @@
 ``conversation.toml``, every result and last event, and derive every state: seconds,
 growing with the record. Each conversation's :class:`~jpfs.core.tree.Info` is kept in
 ``.jpfs/local/summaries.bin`` under a signature of the files it was derived from
-(size, mtime and inode of ``conversation.toml``, ``task.md``, ``questions.md``,
+(size, mtime, ctime and inode of ``conversation.toml``, ``task.md``, ``questions.md``,
 ``answers.md``, ``result.md`` and the ``events/`` directory, whose mtime moves when an
 event file is added). A listing then stats those files and re-reads only the
 conversations whose signature moved: its cost grows with what changed.
+
+An event file edited in place (events are written once; only a human would) is not
+seen until something else in the conversation changes; the daemon's own signature
+(:mod:`jpfs.services.daemon.seen`) also covers the last event, at one listdir more.
 
 It is never the source of truth: a missing, stale or unreadable cache is rebuilt from
 the files, and it is machine-local (``.jpfs/local``), never committed or cloned.
@@ -25,7 +29,7 @@ from typing import Any
 from jpfs.infra import textfile
 
 FILE = "summaries.bin"
-VERSION = 1
+VERSION = 2
 _NAMES = ("conversation.toml", "task.md", "questions.md", "answers.md", "result.md", "events")
 WATCHED = frozenset(_NAMES)
 
@@ -45,7 +49,8 @@ def signature(entries: Mapping[str, os.DirEntry[str]]) -> Signature:
         except OSError:
             out.append(None)
             continue
-        out.append([st.st_mtime_ns, st.st_size, st.st_ino])
+        # ctime too: the kernel sets it on every change and nobody can set it back.
+        out.append([st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino])
     return out
 
 
