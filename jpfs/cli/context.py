@@ -91,20 +91,19 @@ Format = Annotated[
 _ONE_LINE = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
 
 
-def _cell(value: object) -> str:
-    return "" if value is None else str(value).translate(_ONE_LINE)
-
-
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """``rows`` under a header of upper-case column names, columns aligned with two
     spaces (as ``ps`` prints them); the last column is not padded. A tab or newline in
     a cell (a title, say) becomes a space, so a row is one line."""
-    lines = [[h.upper() for h in headers], *([_cell(c) for c in row] for row in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
-    return "".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n"
-        for line in lines
-    )
+    one_line = _ONE_LINE
+    lines = [
+        [h.upper() for h in headers],
+        *([("" if c is None else str(c)).translate(one_line) for c in row] for row in rows),
+    ]
+    widths = [max(map(len, column)) for column in zip(*lines, strict=True)]
+    # One format per row, not a ljust per cell: listings print tens of thousands.
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + ("  {}" if len(widths) > 1 else "{}")
+    return "".join(fmt.format(*line).rstrip() + "\n" for line in lines)
 
 
 def out_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
