@@ -37,7 +37,7 @@ SCHEMA: dict[str, Key] = {
     "conversations.default_agent": Key(str, "default", "profile used when none is named"),
     "agents.allowed": Key(
         list,
-        ["default", "researcher", "planner", "implementer", "demo"],
+        ["default", "researcher", "planner", "implementer", "demo", "demo-helper"],
         "profiles a top-level caller (CLI, MCP) may run",
     ),
     "daemon.max_agents": Key(int, 4, "agents running at once in the daemon"),
