@@ -71,6 +71,8 @@ class Daemon:
         self.ws = ws
         self.cfg = tuple(cfg)  # the --cfg layers it was started with, kept on a reload
         self._config_stamp = _stamp(self.config_file)
+        # (stamp, since when) of a change not yet taken up: see reload_config
+        self._config_seen: tuple[tuple[int, int, int] | None, float] | None = None
         self.files = process.Files.of(ws)
         self.stop = threading.Event()
         self.force = threading.Event()
@@ -280,8 +282,18 @@ class Daemon:
         the daemon. Profiles and trust need nothing here: they are read per run."""
         stamp = _stamp(self.config_file)
         if stamp == self._config_stamp:
+            self._config_seen = None
             return
-        self._config_stamp = stamp
+        # Wait until the file holds still for daemon.settle seconds: an editor writing
+        # in place truncates first, and an empty file read then is a valid config of
+        # defaults that would silently replace the user's.
+        now = time.monotonic()
+        if self._config_seen is None or self._config_seen[0] != stamp:
+            self._config_seen = (stamp, now)
+            return
+        if now - self._config_seen[1] < float(self.ws.config["daemon.settle"]):
+            return
+        self._config_stamp, self._config_seen = stamp, None
         try:
             fresh = config_mod.load(self.ws.jpfs_dir, self.cfg)
         except ConfigError as exc:
