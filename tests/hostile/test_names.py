@@ -29,6 +29,19 @@ def test_a_directory_that_is_no_conversation_id_is_reported(daemon: Path) -> Non
     assert_healthy(daemon)
 
 
+def test_a_misnamed_directory_written_while_no_daemon_ran_is_reported_too(
+    hostile_ws: Path,
+) -> None:
+    bad = hostile_ws / "conversations" / "My Notes"
+    bad.mkdir()
+    (bad / "task.md").write_text("Not a conversation.\n", encoding="utf-8")
+    with running_daemon(hostile_ws):
+        # Committed by the start-up catch-up, not by a file event: still reported.
+        wait_until(lambda: "My Notes/ is not a conversation" in last_error(hostile_ws))
+        tree = rgit(hostile_ws, "ls-tree", "-r", "--name-only", "HEAD")
+        assert "My Notes/task.md" in tree
+
+
 ASKER = """
 model = "script-asker"
 provider = "script"

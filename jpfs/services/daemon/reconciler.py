@@ -407,6 +407,9 @@ class Reconciler:
         if paths is None:
             sha = self.ws.committer.commit_pending(subject=subject, trailers=trailers)
         elif paths:
+            # What recovery commits is reported like any edit: a misnamed directory
+            # written while no daemon watched must not slip in silently.
+            self.report_misnamed([self.ws.record_path(p) for p in paths])
             sha = self.ws.commit(Change(tuple(paths), subject, trailers))
         else:
             sha = None
