@@ -27,7 +27,7 @@ from jpfs.errors import ProviderError, ToolError
 from jpfs.infra.providers.base import Reply, Request, ToolSpec
 
 if TYPE_CHECKING:
-    from jpfs.services.runtime import Runner
+    from jpfs.services.runs import RunContext
 
 QUESTIONS_HEADER = (
     "# Questions\n\n"
@@ -138,7 +138,7 @@ def questions_of_round(conv: Conversation, n: int | None = None) -> str:
     return rounds[n if n is not None else max(rounds)].strip()
 
 
-def step(runner: Runner, conv: Conversation) -> None:
+def step(runner: RunContext, conv: Conversation) -> None:
     """One onboarding round: ask, or declare ready (forced at the round limit)."""
     ob = onboarding_of(tree.snapshot(conv))
     limit = max_rounds(conv)
@@ -198,7 +198,7 @@ def step(runner: Runner, conv: Conversation) -> None:
     runner.commit(conv, "ready", model=model, usage=reply.usage)
 
 
-def _valid_reply(runner: Runner, conv: Conversation, request: Request) -> Reply:
+def _valid_reply(runner: RunContext, conv: Conversation, request: Request) -> Reply:
     """The model's onboarding step, each tool call valid against its schema.
 
     An invalid call (``{"question": ...}`` for ``ask_caller``, say) is never taken as
@@ -248,5 +248,5 @@ def _no_run(_ctx: Any, _args: Any) -> str:  # the schema check never runs the to
     return ""
 
 
-def _system(runner: Runner, conv: Conversation) -> str:
+def _system(runner: RunContext, conv: Conversation) -> str:
     return profiles.system_prompt(conv.config, conv.id)

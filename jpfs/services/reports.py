@@ -27,7 +27,7 @@ from jpfs.services import branches, mail
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
-    from jpfs.services.runtime import Runner
+    from jpfs.services.runs import RunContext
 
 log = logging.getLogger("jpfs.services.reports")
 
@@ -37,7 +37,7 @@ SUMMARY_MAX = 4000
 POLL = 0.05
 
 
-def report_status(runner: Runner, conv: Conversation, success: bool, text: str) -> None:
+def report_status(runner: RunContext, conv: Conversation, success: bool, text: str) -> None:
     """``Runner.on_finish``: mail the parent the run's status (once per run ending)."""
     parent = ids.parent(conv.id)
     last = conv.last_event()

@@ -34,7 +34,7 @@ import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jpfs.core.conversation import ANSWERS, EVENTS, FILES, QUESTIONS, RESULT
 from jpfs.core.scope import CONVERSATION_TOML, TASK
@@ -44,9 +44,25 @@ from jpfs.errors import Cancelled
 if TYPE_CHECKING:
     from jpfs.core.conversation import Conversation
     from jpfs.core.workspace import Workspace
-    from jpfs.services.runtime import Runner
+    from jpfs.infra.providers.base import Reply, Request
 
 log = logging.getLogger("jpfs.services.runs")
+
+
+class RunContext(Protocol):
+    """What the services below the run loop need of a run (a
+    :class:`jpfs.services.runtime.Runner` is one). They name this shape instead of
+    importing the run loop, which imports them."""
+
+    ws: Workspace
+    cancel: threading.Event
+
+    def note(self, text: str) -> None: ...
+
+    def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None: ...
+
+    def complete(self, conv: Conversation, request: Request) -> Reply: ...
+
 
 POLL = 0.1
 Stamp = tuple[int, int, int]
@@ -54,7 +70,7 @@ Stamp = tuple[int, int, int]
 
 @dataclass
 class Run:
-    runner: Runner
+    runner: RunContext
     conv_id: str
     toml: Path
     cancel: threading.Event
@@ -105,7 +121,7 @@ def own_paths(ws: Workspace, conv: Conversation, events: Sequence[str] | None = 
     return [ws.rel(conv.path / name) for name in names]
 
 
-def cancel_event(runner: Runner, conv: Conversation) -> threading.Event:
+def cancel_event(runner: RunContext, conv: Conversation) -> threading.Event:
     """The event a run of ``conv`` by ``runner`` is cancelled by (the runner's outside one)."""
     run = _runs.get(_key(runner.ws.root, conv.id))
     return run.cancel if run is not None else runner.cancel
@@ -127,7 +143,7 @@ def active(root: Path) -> list[str]:
 
 
 def supervise(
-    runner: Runner,
+    runner: RunContext,
     conv: Conversation,
     drive: Callable[[Conversation], State],
     deliver: Callable[[Conversation], bool],
@@ -163,7 +179,7 @@ def supervise(
                 del _runs[key]
 
 
-def _ensure_watcher(runner: Runner) -> None:
+def _ensure_watcher(runner: RunContext) -> None:
     key = id(runner)
     if key not in _watchers:
         thread = threading.Thread(
@@ -173,7 +189,7 @@ def _ensure_watcher(runner: Runner) -> None:
         thread.start()
 
 
-def _watch(runner: Runner) -> None:
+def _watch(runner: RunContext) -> None:
     """Watch ``runner``'s runs; one thread per runner, so its own cancel wakes it at once."""
     tick = threading.Event()  # never set: a timed wait once the runner's cancel is set
     while True:
