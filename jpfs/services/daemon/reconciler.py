@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -373,11 +374,12 @@ class Reconciler:
         started = time.monotonic()
         looked: list[str] = []
         live = set()
+        root = os.fspath(self.ws.conv_root)
         for conv_id in tree.walk(self.ws.conv_root):
             if stop is not None and stop.is_set():
                 return  # stopping: the next start looks again (nothing was forgotten)
             live.add(conv_id)
-            if not full and self.seen.unchanged(Conversation(self.ws.conv_root, conv_id)):
+            if not full and self.seen.unchanged(conv_id, os.path.join(root, conv_id)):
                 continue
             if conv_id in self.touched:  # its files are settling: it is due anyway
                 self.due.setdefault(conv_id, time.monotonic())

@@ -41,10 +41,16 @@ def _stat(path: str) -> tuple[int, ...]:
 
 def signature(conv: Conversation) -> int:
     """A fingerprint of the files the state depends on (stats and one listdir, no reads)."""
-    base = os.fspath(conv.path)
+    return signature_at(os.fspath(conv.path))
+
+
+def signature_at(base: str) -> int:
+    """:func:`signature` of the conversation directory ``base`` (a scan has its path and
+    needs no :class:`Conversation` for the conversations it skips)."""
+    join = os.path.join
     parts: list[int] = []
     for name in _FILES:
-        parts += _stat(os.path.join(base, name))
+        parts += _stat(join(base, name))
     last = ""
     try:
         names = [n for n in os.listdir(os.path.join(base, EVENTS)) if EVENT_RE.match(n)]
@@ -80,10 +86,11 @@ class Seen:
             del self.entries[gone]
             self.dirty = True
 
-    def unchanged(self, conv: Conversation) -> bool:
-        """Seen before, needed nothing, and its files are the same: skip it."""
-        last = self.entries.get(conv.id)
-        return last is not None and last[1] is Need.NOTHING and last[0] == signature(conv)
+    def unchanged(self, conv_id: str, path: str) -> bool:
+        """Seen before, needed nothing, and its files (in directory ``path``) are the
+        same: skip it."""
+        last = self.entries.get(conv_id)
+        return last is not None and last[1] is Need.NOTHING and last[0] == signature_at(path)
 
     def load(self, local: Path) -> bool:
         try:
