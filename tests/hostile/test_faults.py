@@ -163,7 +163,7 @@ def test_read_only_objects_are_reported_and_the_run_goes_on_once_writable(
             subprocess.run(["umount", str(objects)], check=True)
             mounts.remove(objects)
         assert "echo: Say hello." in wait_result(hostile_ws, "frozen")
-        assert rgit(hostile_ws, "status", "--porcelain") == ""
+        wait_until(lambda: rgit(hostile_ws, "status", "--porcelain") == "", message="all committed")
         assert_healthy(hostile_ws)
     for where in (hostile_ws / ".git", hostile_ws / "conversations"):
         assert not [p for p in where.rglob("*") if p.name.endswith((".jpfs-tmp", ".lock"))]

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from jpfs.core import ids, locks, tree
 from jpfs.core.conversation import ANSWERS, Conversation
@@ -402,10 +403,17 @@ class Reconciler:
         for cid in found:
             self.due.setdefault(cid, time.monotonic())
 
-    def recover(self, subject: str) -> None:
-        """Commit whatever differs from HEAD under the root (crash, lost events)."""
+    def recover(self, subject: str, before_ns: int | None = None) -> None:
+        """Commit whatever differs from HEAD under the root (crash, lost events).
+
+        ``before_ns``: only files last changed before then (a file-system timestamp);
+        later ones were written under the watch, and their events commit them as the
+        edits they are, not as a recovery.
+        """
         trailers = (("Jpfs-Event", "recover"),)
         paths = edits.pending(self.ws)
+        if paths is not None and before_ns is not None:
+            paths = [p for p in paths if _changed_before(self.ws.root / p, before_ns)]
         if paths is None:
             sha = self.ws.committer.commit_pending(subject=subject, trailers=trailers)
         elif paths:
@@ -417,3 +425,10 @@ class Reconciler:
             sha = None
         if sha:
             log.info("committed uncommitted files found under the conversation root (%s)", sha[:12])
+
+
+def _changed_before(path: Path, when_ns: int) -> bool:
+    try:
+        return os.lstat(path).st_mtime_ns < when_ns
+    except FileNotFoundError:
+        return True  # deleted while no daemon watched: the deletion is recovered

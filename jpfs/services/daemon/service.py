@@ -107,6 +107,7 @@ class Daemon:
                 try:
                     self.prepare()
                     self.start_watching()
+                    watched_since = self.mark_watching()
                     # Ready once watching: nothing written from now on is missed. What
                     # was written before (a crash's leftovers, edits while no daemon
                     # ran) is caught up next, in the loop's thread, before any event.
@@ -114,7 +115,7 @@ class Daemon:
                     self.ready.set()
                     self.write_status(force=True)
                     log.info("daemon ready: watching %s", self.ws.conv_root)
-                    self.catch_up()
+                    self.catch_up(watched_since)
                     self.reconciler.loop(self.stop, self.tick)
                 finally:
                     self.shutdown()
@@ -130,7 +131,14 @@ class Daemon:
 
         background.set_starter(self.ws.root, self.start_in_pool)
 
-    def catch_up(self) -> None:
+    def mark_watching(self) -> int:
+        """The file-system time from which every write is seen by the watch: a file
+        written now, stamped by the same clock that stamps the user's files."""
+        mark = self.ws.ensure_local() / "watching-since"
+        mark.write_text(f"{os.getpid()}\n", encoding="utf-8")
+        return mark.stat().st_mtime_ns
+
+    def catch_up(self, watched_since: int | None = None) -> None:
         """Start-up chores that grow with the record, done once ready: temporary files
         of dead writers, files a crash left uncommitted, and a look at every
         conversation that changed since the last daemon saw it."""
@@ -139,7 +147,9 @@ class Daemon:
         if swept:
             log.info("removed %d temporary file(s) or dir(s) left by killed processes", swept)
         try:
-            self.reconciler.recover("jpfs: recover files written before a crash")
+            self.reconciler.recover(
+                "jpfs: recover files written before a crash", before_ns=watched_since
+            )
         except RepositoryFault as exc:
             # Serve anyway: status says what is wrong, and the scans commit once it is fixed.
             log.error("cannot commit the files found at start: %s", exc)
