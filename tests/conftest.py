@@ -171,6 +171,19 @@ def write_profile(ws: Path, name: str, text: str) -> Path:
     return path
 
 
+def use_only_agent(ws: Path, name: str, text: str) -> None:
+    """Make ``name`` (a profile with ``text``) the workspace's one agent: the default
+    and the only one allowed, committed as a user would."""
+    from jpfs.core.config import set_in_file
+
+    write_profile(ws, name, text)
+    config = ws / ".jpfs" / "config.toml"
+    set_in_file(config, "conversations.default_agent", f'"{name}"')
+    set_in_file(config, "agents.allowed", f'["{name}"]')
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", f"the {name} agent")
+
+
 @pytest.fixture
 def api_env(messages_server, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """The real anthropic SDK pointed at the local Messages API server."""

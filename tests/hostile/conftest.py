@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, jpfs_subprocess, running_daemon, wait_until, write_profile
+from tests.conftest import (
+    jpfs_subprocess,
+    running_daemon,
+    use_only_agent,
+    wait_until,
+)
 from tests.messages_server import MessagesServer, last_user_text, text_reply
 
 SECRET = "s3cr3t-do-not-leak-8d1f"
@@ -27,14 +32,7 @@ enabled = false
 @pytest.fixture
 def hostile_ws(ws: Path, api_env: MessagesServer) -> Path:
     """A workspace whose default agent answers through the local Messages API."""
-    write_profile(ws, "careful", AGENT)
-    from jpfs.core.config import set_in_file
-
-    config = ws / ".jpfs" / "config.toml"
-    set_in_file(config, "conversations.default_agent", '"careful"')
-    set_in_file(config, "agents.allowed", '["careful"]')
-    git(ws, "add", "-A")
-    git(ws, "commit", "-q", "-m", "hostile test profiles")
+    use_only_agent(ws, "careful", AGENT)
     api_env.responder = lambda req: text_reply("echo: " + last_user_text(req)[:80])
     return ws
 

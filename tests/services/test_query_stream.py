@@ -13,7 +13,7 @@ import pytest
 
 from jpfs.infra.providers.anthropic import AnthropicProvider
 from jpfs.infra.providers.base import Request, ToolSpec
-from tests.conftest import git, wait_until, write_profile
+from tests.conftest import use_only_agent, wait_until
 from tests.messages_server import (
     MessagesServer,
     gated_text_stream,
@@ -32,14 +32,7 @@ enabled = false
 
 @pytest.fixture
 def streaming_ws(ws: Path, api_env: MessagesServer) -> Path:
-    write_profile(ws, "talker", AGENT)
-    from jpfs.core.config import set_in_file
-
-    config = ws / ".jpfs" / "config.toml"
-    set_in_file(config, "conversations.default_agent", '"talker"')
-    set_in_file(config, "agents.allowed", '["talker"]')
-    git(ws, "add", "-A")
-    git(ws, "commit", "-q", "-m", "a streaming agent")
+    use_only_agent(ws, "talker", AGENT)
     api_env.streaming = True
     return ws
 
