@@ -14,35 +14,19 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from html import escape
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jpfs.core import ids, locks, scope
 from jpfs.core.conversation import RESULT, Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace
 from jpfs.services import inputs, lifecycle, onboarding
+from jpfs.services.handoff import Ask
+from jpfs.services.handoff import Outcome as Outcome  # its home: the client needs it light
 from jpfs.services.runtime import Runner
 
 if TYPE_CHECKING:
     from jpfs.infra.committer import Identity
-
-
-@dataclass(frozen=True)
-class Outcome:
-    conversation: str
-    state: State
-    text: str
-
-    def wrapped(self) -> str:
-        """The tool result a calling agent sees: only the final answer, or the questions."""
-        cid = escape(self.conversation, quote=True)
-        if self.state is State.WAITING:
-            return f'<questions conversation_id="{cid}">\n{self.text.strip()}\n</questions>'
-        if self.state in (State.FAILED, State.KILLED):
-            return f'<error conversation_id="{cid}">\n{self.text.strip()}\n</error>'
-        return f'<response conversation_id="{cid}">\n{self.text.strip()}\n</response>'
 
 
 def outcome(conv: Conversation, state: State) -> Outcome:
@@ -122,3 +106,55 @@ def query(
         finally:
             runner.streams.pop(conv.id, None)
     return outcome(conv, state)
+
+
+def ask(
+    ws: Workspace,
+    request: Ask,
+    runner_for: Callable[[str], Runner],
+    *,
+    on_text: Callable[[str | None], None] | None = None,
+) -> Outcome:
+    """One ``jpfs query`` run, in this process or in a daemon it was handed to.
+
+    Without ``conv_id`` or ``new``, continues the active conversation (within
+    ``root_id`` when given), else starts one. ``runner_for(target)`` makes the runner,
+    once the conversation is known. The provider is built before anything is
+    written, so what it lacks (``ANTHROPIC_API_KEY``) is an error, not a failed
+    conversation."""
+    within = scope.resolve(ws.conv_root, request.root_id) if request.root_id is not None else None
+    conv_id = request.conv_id
+    if conv_id is None and not request.new:
+        active = lifecycle.get_active(ws)
+        if active is not None and (within is None or active.startswith(within + "/")):
+            conv_id = active
+    segment = ids.generate()
+    config: dict[str, Any]
+    if conv_id is not None:
+        target = scope.resolve(ws.conv_root, conv_id, within=within)
+        config = dict(Conversation(ws.conv_root, target).config)
+    else:
+        target = ids.join(within, segment)
+        agent = request.agent or str(ws.config["conversations.default_agent"])
+        config = lifecycle.agent_config(ws, agent, (), request.onboard)
+    tmp = lifecycle.parse_duration(request.tmp) if request.tmp else None
+    runner = runner_for(target)
+    if config:
+        runner.provider(config)
+    if conv_id is not None:
+        return query(
+            ws, request.text, conv_id=conv_id, within=within, runner=runner, on_text=on_text
+        )
+    return query(
+        ws,
+        request.text,
+        parent=within,
+        segment=segment,
+        agent=request.agent,
+        onboarding_enabled=request.onboard,
+        hidden=request.hidden,
+        tmp=tmp,
+        activate=request.activate,
+        runner=runner,
+        on_text=on_text,
+    )

@@ -27,9 +27,11 @@ def catalog(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[s
 def build_tools(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[str, Tool]:
     tools_cfg = config.get("tools", {})
     allow = [str(t) for t in tools_cfg.get("allow", [])]
-    everything = catalog(config, agents_dir)
     declared = {str(c.get("name")) for c in tools_cfg.get("command", []) if isinstance(c, dict)}
     out: dict[str, Tool] = {}
+    if not allow and not tools_cfg.get("command"):
+        return out  # an agent without tools does not import their modules (re2 and more)
+    everything = catalog(config, agents_dir)
     for name in [*allow, *sorted(declared - set(allow))]:
         tool = everything.get(name)
         if tool is None:

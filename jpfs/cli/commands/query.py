@@ -13,8 +13,9 @@ from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
 
 if TYPE_CHECKING:
+    from jpfs.core.workspace import Workspace
     from jpfs.errors import JpfsError
-    from jpfs.services.query import Outcome
+    from jpfs.services.handoff import Ask, Outcome
     from jpfs.services.runtime import Runner
 
 
@@ -52,6 +53,40 @@ def preflight(runner: Runner, config: Mapping[str, Any]) -> None:
     is one error line before anything is written, not a failed conversation."""
     if config:
         runner.provider(config)
+
+
+class Asker:
+    """Runs ``jpfs query``'s requests: by the workspace's daemon when one takes them
+    (it has the model's SDK loaded; this process imports none of it), else here."""
+
+    def __init__(self, extra_cfg: list[str], live: LiveAnswer | None) -> None:
+        self.extra_cfg = extra_cfg
+        self.live = live
+        self._ws: Workspace | None = None
+
+    def __call__(self, request: Ask) -> Outcome:
+        from jpfs.services import handoff
+
+        remote = handoff.ask(
+            state.local_dir(),
+            request,
+            [*state.cfg, *self.extra_cfg],
+            on_text=self.live,
+            on_note=lambda conv, text: progress_for(conv)(text),
+        )
+        if remote is not None:
+            return remote
+        from jpfs.services.query import ask
+        from jpfs.services.runtime import Runner
+
+        ws = self._ws = self._ws or state.ws(self.extra_cfg)
+        lock_wait = float(ws.config["query.lock_wait"])
+        return ask(
+            ws,
+            request,
+            lambda target: Runner(ws, progress=progress_for(target), lock_wait=lock_wait),
+            on_text=self.live,
+        )
 
 
 class LiveAnswer:
@@ -121,12 +156,8 @@ def query(
     otherwise the questions are printed as <questions conversation_id="ID"> and the
     command exits with status 4 (answer with `jpfs answer ID` or `jpfs query --id ID`).
     """
-    from jpfs.core import ids, scope
-    from jpfs.core.conversation import Conversation
     from jpfs.core.state import State
-    from jpfs.services import lifecycle
-    from jpfs.services.query import query as run_query
-    from jpfs.services.runtime import Runner
+    from jpfs.services.handoff import Ask
 
     if conv_id is not None:
         # Options that only shape a new conversation cannot apply to an existing one.
@@ -147,42 +178,21 @@ def query(
                 " an existing one (drop them, or start a new one with --new)",
                 param_hint="--id",
             )
-    ws = state.ws(list(cfg or []))
     body = read_query(text)
     live = LiveAnswer(sys.stdout) if (sys.stdout.isatty() if stream is None else stream) else None
-    within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
-    if conv_id is None and not new:
-        active = lifecycle.get_active(ws)
-        if active is not None and (within is None or active.startswith(within + "/")):
-            conv_id = active
-    segment = ids.generate()
-    if conv_id is not None:
-        target = scope.resolve(ws.conv_root, conv_id, within=within)
-        config = Conversation(ws.conv_root, target).config
-    else:
-        target = ids.join(within, segment)
-        default = str(ws.config["conversations.default_agent"])
-        config = lifecycle.agent_config(ws, agent or default, (), False if no_onboard else None)
-    runner = Runner(
-        ws, progress=progress_for(target), lock_wait=float(ws.config["query.lock_wait"])
+    request = Ask(
+        body,
+        conv_id=conv_id,
+        new=new,
+        agent=agent,
+        root_id=root_id,
+        hidden=hidden,
+        tmp=tmp,
+        activate=not no_activate,
+        onboard=False if no_onboard else None,
     )
-    preflight(runner, config)
-    if conv_id is not None:
-        result = run_query(ws, body, conv_id=conv_id, within=within, runner=runner, on_text=live)
-    else:
-        result = run_query(
-            ws,
-            body,
-            parent=within,
-            segment=segment,
-            agent=agent,
-            onboarding_enabled=False if no_onboard else None,
-            hidden=hidden,
-            tmp=lifecycle.parse_duration(tmp) if tmp else None,
-            activate=not no_activate,
-            runner=runner,
-            on_text=live,
-        )
+    run = Asker(list(cfg or []), live)
+    result = run(request)
     interactive = not non_interactive and sys.stdin.isatty() and sys.stderr.isatty()
     while result.state is State.WAITING and interactive:
         note(f"{result.conversation} asks:\n{result.text}\n(answer; end with an empty line)")
@@ -193,9 +203,7 @@ def query(
             lines.append(line)
         if not lines:
             break
-        result = run_query(
-            ws, "".join(lines), conv_id=result.conversation, runner=runner, on_text=live
-        )
+        result = run(Ask("".join(lines), conv_id=result.conversation))
     if live is not None and result.state is not State.IDLE:
         live.finish(None)  # a streamed turn that did not end in an answer
     if result.state is State.WAITING:

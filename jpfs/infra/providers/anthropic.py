@@ -322,3 +322,13 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     return when.timestamp() - time.time()
+
+
+def load_sdk() -> None:
+    """Import the SDK now, off the path of a run: a daemon does once it is idle, so the
+    first query handed to it does not pay the import."""
+    try:
+        import anthropic  # noqa: F401
+        import httpx2  # noqa: F401
+    except ImportError:
+        pass  # the first call says so, as a ProviderError

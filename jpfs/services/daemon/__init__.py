@@ -9,5 +9,6 @@ seen.py        what the last look found, by stat signature (cheap rescans, resta
 pool.py        the agent pool: global limit, fair across subtrees
 recovery.py    start-up chores after a crash: dead locks, debris, .gitignore
 procfs.py      which files a process has open (Linux /proc)
+queryserver.py `jpfs query` handed over on .jpfs/local/query.sock
 service.py     wiring, start-up, shutdown, status, logging
 """
