@@ -95,15 +95,20 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """``rows`` under a header of upper-case column names, columns aligned with two
     spaces (as ``ps`` prints them); the last column is not padded. A tab or newline in
     a cell (a title, say) becomes a space, so a row is one line."""
-    one_line = _ONE_LINE
-    lines = [
-        [h.upper() for h in headers],
-        *([("" if c is None else str(c)).translate(one_line) for c in row] for row in rows),
-    ]
-    widths = [max(map(len, column)) for column in zip(*lines, strict=True)]
-    # One format per row, not a ljust per cell: listings print tens of thousands.
+    columns: list[list[str]] = [[h.upper()] for h in headers]
+    for row in rows:
+        for column, cell in zip(columns, row, strict=True):
+            column.append("" if cell is None else str(cell))
+    for column in columns:
+        # One search per column rather than a translate per cell: listings print tens
+        # of thousands of rows, and a title with a tab is rare.
+        joined = "\0".join(column)
+        if "\t" in joined or "\n" in joined or "\r" in joined:
+            column[:] = [cell.translate(_ONE_LINE) for cell in column]
+    widths = [max(map(len, column)) for column in columns]
+    # One format per row, not a ljust per cell.
     fmt = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + ("  {}" if len(widths) > 1 else "{}")
-    return "".join(fmt.format(*line).rstrip() + "\n" for line in lines)
+    return "".join(fmt.format(*line).rstrip() + "\n" for line in zip(*columns, strict=True))
 
 
 def out_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:

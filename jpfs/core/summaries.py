@@ -2,16 +2,30 @@
 
 ``jpfs conversation ls`` over 10,000 conversations would otherwise parse every
 ``conversation.toml``, every result and last event, and derive every state: seconds,
-growing with the record. Each conversation's :class:`~jpfs.core.tree.Info` is kept in
-``.jpfs/local/summaries.bin`` under a signature of the files it was derived from
-(size, mtime, ctime and inode of ``conversation.toml``, ``task.md``, ``questions.md``,
-``answers.md``, ``result.md`` and the ``events/`` directory, whose mtime moves when an
-event file is added). A listing then stats those files and re-reads only the
-conversations whose signature moved: its cost grows with what changed.
+growing with the record. :meth:`Summaries.walk` walks the tree and says, for each
+conversation, whether what a listing derived from its files last time still holds; the
+listing re-reads only those whose files moved, so its cost grows with what changed.
+Kept in ``.jpfs/local/summaries.bin`` (``jpfs tree``'s in ``tree-summaries.bin``).
 
-An event file edited in place (events are written once; only a human would) is not
-seen until something else in the conversation changes; the daemon's own signature
-(:mod:`jpfs.services.daemon.seen`) also covers the last event, at one listdir more.
+A conversation's signature is the stat identity (inode, mtime, ctime) of its directory
+and of its ``events/`` directory, and the stat (plus size) of the files people edit in
+place: ``conversation.toml`` (title, hidden), ``questions.md`` and ``answers.md``.
+Every jpfs write is a new file renamed into place (an event, ``result.md``, a rewritten
+record), which sets the mtime and ctime of the directory it lands in, so the directory
+covers all of them and their creation and removal; ctime because nobody can set it back.
+The same stamp of a directory also keeps its listing (its subdirectories, which of those
+files it holds), so an unchanged conversation costs three ``stat`` calls and no scandir.
+
+Not seen until something else in the conversation changes: an event file or
+``result.md`` rewritten in place (only jpfs writes them, by rename), or ``task.md``
+(a listing shows whether it exists, never what it says). The daemon's own signature
+(:mod:`jpfs.services.daemon.seen`) also covers the last event.
+
+Timestamps come from a coarse clock: a second change within the same tick (a few ms)
+can leave a directory's or file's stamps as they were. A stamp newer than
+:data:`SETTLED_NS` before the walk began is therefore never trusted later: such a
+directory is listed again and such a conversation read again next time, until its
+files have held still.
 
 It is never the source of truth: a missing, stale or unreadable cache is rebuilt from
 the files, and it is machine-local (``.jpfs/local``), never committed or cloned.
@@ -21,37 +35,29 @@ from __future__ import annotations
 
 import marshal
 import os
+import stat
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from jpfs.core import ids
 from jpfs.infra import textfile
 
 FILE = "summaries.bin"
-VERSION = 2
-_NAMES = ("conversation.toml", "task.md", "questions.md", "answers.md", "result.md", "events")
-WATCHED = frozenset(_NAMES)
+VERSION = 3
+# Longer than a tick of the clock that stamps files (jiffies: 1-10 ms).
+SETTLED_NS = 50_000_000
+_MARKS = frozenset({"conversation.toml", "task.md"})
+# What a summary depends on besides the directory's own entries: new events, and files
+# people edit in place. Their order is the signature's.
+_WATCHED = ("events", "conversation.toml", "questions.md", "answers.md")
 
-Signature = list[list[int] | None]
-
-
-def signature(entries: Mapping[str, os.DirEntry[str]]) -> Signature:
-    """The signature of a conversation directory, from its entries (a scandir)."""
-    out: Signature = []
-    for name in _NAMES:
-        entry = entries.get(name)
-        if entry is None:
-            out.append(None)
-            continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            out.append(None)
-            continue
-        # ctime too: the kernel sets it on every change and nobody can set it back.
-        out.append([st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino])
-    return out
+Signature = tuple[int, ...]
+# A directory as last listed: [stamp, is a conversation, which of _WATCHED it holds,
+# its subdirectories (sorted), the conversation's signature, its summary].
+_Node = list[Any]
 
 
 class Summaries:
@@ -59,8 +65,10 @@ class Summaries:
 
     def __init__(self, local_dir: Path | None, name: str = FILE) -> None:
         self.path = local_dir / name if local_dir is not None else None
-        self.entries: dict[str, list[Any]] = {}
+        self.nodes: dict[str, _Node] = {}
         self.dirty = False
+        self._visited: set[str] | None = None
+        self._horizon = 0
         if self.path is None:
             return
         try:
@@ -70,31 +78,125 @@ class Summaries:
         except (OSError, ValueError, EOFError, TypeError):
             return
         if isinstance(data, dict) and data.get("version") == (VERSION, sys.version_info[:2]):
-            entries = data.get("entries")
-            self.entries = entries if isinstance(entries, dict) else {}
+            nodes = data.get("nodes")
+            self.nodes = nodes if isinstance(nodes, dict) else {}
 
-    def get(self, conv_id: str, sig: Signature) -> dict[str, Any] | None:
-        entry = self.entries.get(conv_id)
-        if isinstance(entry, list) and len(entry) == 2 and entry[0] == sig:
-            value = entry[1]
-            return value if isinstance(value, dict) else None
-        return None
+    def walk(
+        self, conv_root: Path, under: str | None = None
+    ) -> Iterator[tuple[str, Signature, Any]]:
+        """Every conversation below ``under`` (exclusive), parent first, children sorted:
+        its id, its signature now and its summary if its files have not changed since
+        one was :meth:`put`, else None. Symlinked directories are never followed: they
+        could lead out of the tree.
+        """
+        self._horizon = time.time_ns() - SETTLED_NS
+        visited: set[str] = set()
+        self._visited = visited if under is None else None
+        nodes = self.nodes
+        start = conv_root.joinpath(*under.split("/")) if under else conv_root
+        stack: list[tuple[str, str]] = [(under or "", str(start))]
+        sep = os.sep
+        while stack:
+            rel, path = stack.pop()
+            visited.add(rel)
+            try:
+                st = os.lstat(path) if rel != (under or "") else os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+            node = nodes.get(rel)
+            if not isinstance(node, list) or len(node) != 6 or node[0] != stamp:
+                node = self._list(rel, path, stamp, node)
+                if node is None:
+                    continue
+            base = f"{rel}/" if rel else ""
+            for child in reversed(node[3]):
+                stack.append((base + child, path + sep + child))
+            if node[1] and rel != (under or ""):
+                sig = stamp + _stats(path + sep, node[2])
+                yield rel, sig, (node[5] if node[4] == sig else None)
 
-    def put(self, conv_id: str, sig: Signature, value: dict[str, Any]) -> None:
-        self.entries[conv_id] = [sig, value]
+    def _list(self, rel: str, path: str, stamp: Signature, old: Any) -> _Node | None:
+        is_conv = False
+        watched: list[str] = []
+        children: list[str] = []
+        segment = ids.SEGMENT_RE.fullmatch
+        try:
+            with os.scandir(path) as it:
+                for entry in it:
+                    name = entry.name
+                    if name in _MARKS:
+                        is_conv = True
+                    if name in _WATCHED:
+                        watched.append(name)
+                    if (
+                        name not in ids.RESERVED
+                        and segment(name)
+                        and ".." not in name
+                        and entry.is_dir(follow_symlinks=False)
+                    ):
+                        children.append(name)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        children.sort()
+        watched.sort(key=_WATCHED.index)
+        # An earlier summary stays, checked against the signature as before: it holds
+        # the directory's stamp, so it matches only if nothing in the directory moved.
+        sig, value = (old[4], old[5]) if isinstance(old, list) and len(old) == 6 else (None, None)
+        settled = max(stamp[1], stamp[2]) < self._horizon
+        # Not settled: an entry made in the same tick would not move the stamp, so the
+        # directory is listed again next time.
+        node: _Node = [stamp if settled else None, is_conv, watched, children, sig, value]
+        self.nodes[rel] = node
+        self.dirty = True
+        return node
+
+    def put(self, conv_id: str, sig: Signature, value: Any) -> None:
+        """Remember ``value`` as what ``conv_id``'s files said when :meth:`walk` gave
+        ``sig`` (read after it). Not kept while those files may still change unseen."""
+        node = self.nodes.get(conv_id)
+        if not isinstance(node, list) or len(node) != 6:
+            return
+        if -1 in sig or any(t >= self._horizon for t in _times(sig)):
+            node[4] = node[5] = None
+        else:
+            node[4], node[5] = sig, value
         self.dirty = True
 
-    def save(self, seen: set[str] | None = None) -> None:
-        """Write back (dropping entries of conversations not ``seen``, when a listing of
-        the whole tree says which exist); a machine-local cache, so a failure is ignored."""
-        if seen is not None and set(self.entries) - seen:
-            self.entries = {k: v for k, v in self.entries.items() if k in seen}
+    def save(self) -> None:
+        """Write back (dropping directories no longer there, when the walk covered the
+        whole tree); a machine-local cache, so a failure is ignored."""
+        if self._visited is not None and len(self.nodes) > len(self._visited):
+            visited = self._visited
+            self.nodes = {k: v for k, v in self.nodes.items() if k in visited}
             self.dirty = True
         if self.path is None or not self.dirty:
             return
-        data = {"version": (VERSION, sys.version_info[:2]), "entries": self.entries}
+        data = {"version": (VERSION, sys.version_info[:2]), "nodes": self.nodes}
         try:
             textfile.write_atomic(self.path, marshal.dumps(data))
             self.dirty = False
         except OSError:
             pass
+
+
+def _stats(prefix: str, names: list[str]) -> Signature:
+    out: list[int] = []
+    for name in names:
+        try:
+            st = os.lstat(prefix + name)
+        except OSError:
+            out += (-1, -1, -1, -1)
+            continue
+        out += (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    return tuple(out)
+
+
+def _times(sig: Signature) -> Iterator[int]:
+    yield sig[1]
+    yield sig[2]
+    for i in range(3, len(sig), 4):
+        yield sig[i]
+        yield sig[i + 1]

@@ -25,7 +25,7 @@ from typing import Any
 from jpfs.core import frontmatter, ids, locks, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import AGENT_ACTS, State, derive
-from jpfs.core.summaries import WATCHED, Summaries, signature
+from jpfs.core.summaries import Summaries
 from jpfs.core.workspace import Workspace
 from jpfs.errors import FormatError
 from jpfs.services import onboarding
@@ -165,15 +165,11 @@ class TreeView:
         self.load_notes()
         cache = Summaries(self.ws.local_dir, FILE)
         out = []
-        seen: set[str] = set()
         hidden: list[str] = []
-        for conv_id, entries in tree.walk_entries(self.ws.conv_root, under, WATCHED):
-            seen.add(conv_id)
-            if any(ids.is_descendant(conv_id, h) for h in hidden):
+        for conv_id, sig, facts in cache.walk(self.ws.conv_root, under):
+            if hidden and any(ids.is_descendant(conv_id, h) for h in hidden):
                 continue
-            sig = signature(entries)
-            facts = cache.get(conv_id, sig)
-            if facts is None:
+            if not isinstance(facts, dict):
                 facts = self.facts(conv_id)
                 cache.put(conv_id, sig, facts)
             row = self.row(conv_id, base, facts)
@@ -181,7 +177,7 @@ class TreeView:
                 hidden.append(conv_id)
                 continue
             out.append(row)
-        cache.save(seen if under is None else None)
+        cache.save()
         return out
 
 

@@ -4,11 +4,16 @@ never the source of truth."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from jpfs.core.conversation import Conversation
-from tests.conftest import Result
+from jpfs.core.summaries import SETTLED_NS, Summaries
+from jpfs.core.tree import listing
+from tests.conftest import Result, wait_until
 
 CONV = "conversations"
 
@@ -63,3 +68,71 @@ def test_a_broken_cache_is_rebuilt_from_the_files(ws: Path, cli: Callable[..., R
     assert {k: {**v, "elapsed": 0} for k, v in got.items()} == {
         k: {**v, "elapsed": 0} for k, v in expected_tree.items()
     }
+
+
+def _trusted(ws: Path, conv_id: str) -> bool:
+    """Whether the ls cache vouches for ``conv_id``'s directory listing and summary."""
+    node = Summaries(ws / ".jpfs" / "local").nodes.get(conv_id)
+    return node is not None and node[0] is not None and node[5] is not None
+
+
+def _settle(ws: Path, cli: Callable[..., Result], *conv_ids: str) -> None:
+    """List until the cache trusts these conversations: their files are older than the
+    clock's granularity (summaries.SETTLED_NS) by then."""
+    wait_until(
+        lambda: ls(cli) and all(_trusted(ws, c) for c in conv_ids),
+        timeout=10,
+        message="the listing cache to trust the conversations",
+    )
+
+
+def test_a_listing_trusts_nothing_changed_within_a_clock_tick(
+    ws: Path, cli: Callable[..., Result]
+) -> None:
+    """A second change in the same tick of the file clock leaves a directory's stamps as
+    they were: what was listed or read right after a change is looked at again."""
+    assert cli("c", "new", "a", "--no-activate").code == 0
+    listing(ws / CONV, cache_dir=ws / ".jpfs" / "local")
+    horizon = time.time_ns() - SETTLED_NS
+    st = os.stat(ws / CONV / "a")
+    if max(st.st_mtime_ns, st.st_ctime_ns) >= horizon:  # the usual case: just created
+        assert not _trusted(ws, "a")
+    _settle(ws, cli, "a")
+
+
+def test_unchanged_directories_are_not_listed_again_but_every_change_is_seen(
+    ws: Path, cli: Callable[..., Result]
+) -> None:
+    for cid in ("a", "b"):
+        assert cli("c", "new", cid, "--no-activate", "--title", "same size").code == 0
+    _settle(ws, cli, "a", "b")
+
+    # A sub-conversation made by hand: a new directory in a directory the cache lists
+    # from memory (its stamp moved).
+    child = ws / CONV / "a" / "kid"
+    child.mkdir()
+    (child / "task.md").write_text("Hello.\n", encoding="utf-8")
+    # conversation.toml edited in place, same size: only its own stamps move.
+    toml = ws / CONV / "b" / "conversation.toml"
+    with toml.open("r+", encoding="utf-8") as f:
+        text = f.read()
+        f.seek(0)
+        f.write(text.replace('title = "same size"', 'title = "SAME SIZE"'))
+    shown = ls(cli)
+    assert "a/kid" in shown
+    assert shown["b"]["title"] == "SAME SIZE"
+    assert tree(cli)["b"]["title"] == "SAME SIZE"
+
+    # Removed by hand: gone from both listings, and from the cache.
+    shutil.rmtree(child)
+    assert "a/kid" not in ls(cli) and "a/kid" not in tree(cli)
+    assert "a/kid" not in Summaries(ws / ".jpfs" / "local").nodes
+
+
+def test_a_scoped_listing_keeps_the_rest_of_the_cache(ws: Path, cli: Callable[..., Result]) -> None:
+    for cid in ("a", "a/b", "c"):
+        assert cli("c", "new", cid, "--no-activate").code == 0
+    _settle(ws, cli, "a", "a/b", "c")
+    scoped = cli("c", "ls", "--root", "a", "--format", "json")
+    assert [row["id"] for row in json.loads(scoped.stdout)] == ["a/b"]
+    assert all(_trusted(ws, c) for c in ("a", "a/b", "c"))
