@@ -106,11 +106,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     with temp_dir() as tmp, MessagesServer() as server:
         server.responder = lambda request: text_reply("ok")
-        os.environ["ANTHROPIC_API_KEY"] = "bench-key"
-        os.environ["ANTHROPIC_BASE_URL"] = server.url
         use_bytecode_cache(tmp / "pycache")
         alone = workspace(tmp / "alone")
         served = workspace(tmp / "served")
+        # After the workspaces: making one pins the environment, API keys removed.
+        os.environ["ANTHROPIC_API_KEY"] = "bench-key"
+        os.environ["ANTHROPIC_BASE_URL"] = server.url
         run_command(jpfs_argv("daemon", "start"), served)
         try:
             wait_for_sdk(served)

@@ -225,11 +225,16 @@ class AnthropicProvider:
 
         with self._init_lock:
             if self._client is None:
-                self._client = anthropic.Anthropic(
-                    api_key=self._api_key, base_url=self._base_url, max_retries=0
-                )
-                # Building an SSL context costs ~20 ms; every attempt shares this one.
+                # Building an SSL context costs ~20 ms; every attempt shares this one, and
+                # so does the base client (which would otherwise build one of its own,
+                # never used: each attempt brings its own HTTP client).
                 self._ssl = httpx2.create_ssl_context()
+                self._client = anthropic.Anthropic(
+                    api_key=self._api_key,
+                    base_url=self._base_url,
+                    max_retries=0,
+                    http_client=anthropic.DefaultHttpxClient(verify=self._ssl),
+                )
             base, ssl_context = self._client, self._ssl
         assert ssl_context is not None
         # The attempt's deadline is enforced by _attempt; httpx's own read timeout is only
