@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import os
 import re
+import time
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ _ONBOARDING_SECTION = re.compile(
 )
 EVENT_RE = re.compile(r"^([0-9]{4,})-([a-z]+)\.md\Z")
 ROLES = ("user", "assistant", "tool", "error")
+# A directory modified within this much of being stat'ed may be modified again with the
+# same timestamps (they come from a coarse clock, well under 50 ms).
+_SETTLED_NS = 50_000_000
 
 HEADER = (
     "# jpfs conversation record. You may edit title and hidden; comments and key order\n"
@@ -50,6 +54,15 @@ HEADER = (
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """``events/`` as a handle last listed it: its stat identity then, and its events."""
+
+    stamp: tuple[int, int, int]  # inode, mtime, ctime of the directory
+    names: list[tuple[int, str, str]]
+    settled: bool  # its timestamps were older than the clock's granularity
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,8 @@ class Conversation:
         self.root = conv_root
         self.path = conversation_path(conv_root, self.id)
         self._config: dict[str, Any] | None = None
+        self._agent: str | None = None
+        self._listing: _Listing | None = None
 
     def __repr__(self) -> str:
         return f"Conversation({self.id!r})"
@@ -162,6 +177,17 @@ class Conversation:
         return self._config
 
     @property
+    def agent(self) -> str | None:
+        """The profile the conversation was created with; like :attr:`config`, written
+        once (or on adoption), so parsed once per handle."""
+        if self._agent is None:
+            agent = self.meta().get("agent")
+            if not agent:
+                return None
+            self._agent = str(agent)
+        return self._agent
+
+    @property
     def status(self) -> str:
         return str(self.meta().get("status", "active"))
 
@@ -187,10 +213,35 @@ class Conversation:
         return self.path / EVENTS
 
     def event_names(self) -> list[tuple[int, str, str]]:
-        """(seq, role, filename) sorted by seq, from names only (no reads)."""
+        """(seq, role, filename) sorted by seq, from names only (no reads).
+
+        A handle keeps its last listing with the directory's stat identity, and a run
+        asks at every step: listing 1,000 events twice per commit made a commit
+        O(events). The listing is reused while the directory's inode, mtime and ctime
+        are unchanged; every entry created, removed or renamed in it sets them. Within
+        the clock's granularity of a change (:data:`_SETTLED_NS`) a second change can
+        leave them the same, so a listing taken then is reused only while the last event
+        is still there and no event numbered next exists, under any role (how every
+        jpfs writer numbers: see :meth:`append_event`), and is taken again once the
+        directory has settled. What that can miss for at most 50 ms: a file named out
+        of sequence by hand in the same clock tick as a jpfs write.
+        """
+        try:
+            st = os.stat(self.events_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            self._listing = None
+            return []
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        cached = self._listing
+        if cached is not None and cached.stamp == stamp:
+            if cached.settled:
+                return list(cached.names)
+            if not _settled(st) and self._tail_unchanged(cached.names):
+                return list(cached.names)
         try:
             names = os.listdir(self.events_dir)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            self._listing = None
             return []
         out = []
         for name in names:
@@ -198,7 +249,18 @@ class Conversation:
             if m:
                 out.append((int(m.group(1)), m.group(2), name))
         out.sort()
-        return out
+        self._listing = _Listing(stamp, out, _settled(st))
+        return list(out)
+
+    def _tail_unchanged(self, names: list[tuple[int, str, str]]) -> bool:
+        """Whether the last listed event still exists and none numbered next does."""
+        base = os.fspath(self.events_dir)
+        if names and not os.path.lexists(os.path.join(base, names[-1][2])):
+            return False
+        following = names[-1][0] + 1 if names else 1
+        return not any(
+            os.path.lexists(os.path.join(base, f"{following:04d}-{role}.md")) for role in ROLES
+        )
 
     def events(self, last: int | None = None) -> list[Event]:
         names = self.event_names()
@@ -222,8 +284,9 @@ class Conversation:
         """Write the next event file; O_EXCL makes two writers fail rather than overwrite."""
         if role not in ROLES:
             raise ValueError(f"unknown event role {role!r}")
-        self.events_dir.mkdir(parents=True, exist_ok=True)
         names = self.event_names()
+        if self._listing is None:
+            self.events_dir.mkdir(parents=True, exist_ok=True)
         seq = names[-1][0] + 1 if names else 1
         full = {"role": role, "created": now(), **(meta or {})}
         if "tool_calls" in full:
@@ -233,8 +296,22 @@ class Conversation:
         text = frontmatter.render(full, body)
         path = self.events_dir / f"{seq:04d}-{role}.md"
         if not textfile.create_new(path, text):
+            self._listing = None
             raise ExistsError(f"event {path.name} already exists in {self.id}")
+        # The listing plus our own file; the directory has just changed, so it stays
+        # unsettled and the next look checks its tail (see event_names).
+        try:
+            st = os.stat(self.events_dir)
+        except OSError:
+            self._listing = None
+        else:
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+            self._listing = _Listing(stamp, [*names, (seq, role, path.name)], False)
         return Event(seq, role, path, dict(full), body)
+
+
+def _settled(st: os.stat_result) -> bool:
+    return max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - _SETTLED_NS
 
 
 def create(

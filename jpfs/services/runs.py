@@ -118,7 +118,8 @@ def own_paths(ws: Workspace, conv: Conversation, events: Sequence[str] | None = 
     else:
         names += [f"{EVENTS}/{name}" for name in events]
     # Missing ones too: a file the caller deleted is committed as deleted.
-    return [ws.rel(conv.path / name) for name in names]
+    prefix = ws.rel(conv.path)
+    return [f"{prefix}/{name}" for name in names]
 
 
 def cancel_event(runner: RunContext, conv: Conversation) -> threading.Event:

@@ -13,6 +13,7 @@ requested again, and only tool calls without a result event are (re)run.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import logging
@@ -44,6 +45,10 @@ from jpfs.services import inputs, onboarding, reports, runs, trust
 log = logging.getLogger("jpfs.services.runtime")
 
 Progress = Callable[[str], None]
+
+
+def _seq(name: tuple[int, str, str]) -> int:
+    return name[0]
 
 
 def make_provider(config: Mapping[str, Any]) -> Provider:
@@ -111,17 +116,19 @@ class Runner:
         return self.provider(conv.config).complete(request, runs.cancel_event(self, conv))
 
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
-        agent = str(conv.meta().get("agent") or "agent")
+        agent = conv.agent or "agent"
         if "paths" in kwargs:
             record.commit(
                 self.ws, conv.id, event, agent=agent, author=agent_identity(agent), **kwargs
             )
             return
         # The run's first commit takes the whole events/ (whatever happened before it);
-        # later ones only the events written since: O(changed), not O(events).
+        # later ones only the events written since: O(changed), not O(events). The
+        # handle's listing is reused while events/ is unchanged (Conversation.event_names).
         names = conv.event_names()
         since = self._committed_events.get(conv.id)
-        new = None if since is None else [name for seq, _, name in names if seq > since]
+        first_new = 0 if since is None else bisect.bisect_right(names, since, key=_seq)
+        new = None if since is None else [name for _, _, name in names[first_new:]]
         paths = runs.own_paths(self.ws, conv, new)  # not running children's
         record.commit(
             self.ws,

@@ -9,15 +9,17 @@ recovery). jpfs opens it on the record worktree (``conversations/``, branch
 
 Modules, one job each:
 
-* :mod:`~jpfs.infra.committer.core`: the :class:`Committer` (planning and landing commits).
+* :mod:`~jpfs.infra.committer.core`: the :class:`Committer` (snapshots, landing commits).
 * :mod:`~jpfs.infra.committer.batch`: group commit of concurrent ``commit()`` calls.
+* :mod:`~jpfs.infra.committer.plan`: the commits a batch of snapshots becomes.
 * :mod:`~jpfs.infra.committer.worktree`: path checks and working-tree snapshots.
-* :mod:`~jpfs.infra.committer.trees`: tree lookups and writing trees with changes applied.
-* :mod:`~jpfs.infra.committer.objects`: object serialisation and packfile writing.
+* :mod:`~jpfs.infra.committer.trees`: cached trees: lookups, and trees with changes spliced in.
+* :mod:`~jpfs.infra.committer.objects`: object serialisation, loose objects and packfiles.
 * :mod:`~jpfs.infra.committer.refs`: reading refs, moving a ref by compare-and-swap, reflogs.
 * :mod:`~jpfs.infra.committer.lockfile`: git lock files that a crash never leaves blocking.
 * :mod:`~jpfs.infra.committer.userindex`: keeping the worktree's index in step (and healing it).
 * :mod:`~jpfs.infra.committer.indexfile`: the index file codec.
+* :mod:`~jpfs.infra.committer.cachetree`: the index's cache-tree extension.
 * :mod:`~jpfs.infra.committer.maintenance`: background ``git gc``/repack and debris sweeps.
 
 Crash safety and durability

@@ -2,9 +2,15 @@
 
 Calls queue up; the first caller becomes leader and runs everything queued as one batch
 (the committer turns consecutive changes with the same author into one commit), the
-others wait on a condition and get the sha of the commit holding their change. A leader
-that sees other writers active waits up to 5 ms for them to re-queue, so concurrent
-writers fold into one commit per round. Processes serialise on the index and ref locks.
+others wait and get the sha of the commit holding their change. A leader that sees
+other writers active (a commit in the last 0.5 s) waits for them to re-queue while they
+keep arriving (each within 5 ms of the last; 30 ms at most), so concurrent writers fold
+into one commit per round rather than alternating between smaller ones: each commit
+writes the whole index, and a smaller batch competes with the other writers' Python for
+the interpreter. When it is done, the first change queued meanwhile leads the next
+batch. Each waiter sleeps on a lock of its own, released once for it alone: with
+50 writers, waking them all through one condition (each then taking its mutex in turn)
+cost more system time than the commits. Processes serialise on the index and ref locks.
 """
 
 from __future__ import annotations
@@ -20,14 +26,26 @@ from jpfs.infra.committer.change import Change
 from jpfs.infra.committer.failures import translate
 from jpfs.infra.committer.worktree import Blob, Dir
 
-_GATHER_SECONDS = 0.005
+_GATHER_GAP = 0.005  # a leader stops gathering when no change came for this long
+_GATHER_MAX = 0.030  # or after this long in all
 _ACTIVE_SECONDS = 0.5
 
 
 class Pending:
     """One queued change and, once the leader is through, its outcome."""
 
-    __slots__ = ("_error", "_sha", "change", "done", "heal", "paths", "run", "snapshot")
+    __slots__ = (
+        "_error",
+        "_sha",
+        "_wake",
+        "change",
+        "done",
+        "heal",
+        "lead",
+        "paths",
+        "run",
+        "snapshot",
+    )
 
     def __init__(self, change: Change, paths: tuple[str, ...], *, heal: bool = False) -> None:
         self.change = change
@@ -36,8 +54,17 @@ class Pending:
         self.snapshot: list[Blob | Dir | None] = []
         self.run: int | None = None
         self.done = False
+        self.lead = False  # asked to lead the next batch
         self._sha: str | None = None
         self._error: BaseException | None = None
+        self._wake = threading.Lock()
+        self._wake.acquire()  # held until the change is done or asked to lead
+
+    def wait(self) -> None:
+        self._wake.acquire()
+
+    def wake(self) -> None:
+        self._wake.release()
 
     def succeed(self, sha: str | None) -> None:
         self._sha, self.done = sha, True
@@ -60,9 +87,9 @@ class GroupCommit:
     def __init__(self, run: Callable[[list[Pending]], None], reopen: Callable[[], None]) -> None:
         self._run = run
         self._reopen = reopen
-        mutex = threading.Lock()
-        self._cv = threading.Condition(mutex)  # followers wait here for results
-        self._arrivals = threading.Condition(mutex)  # a gathering leader waits here
+        self._mutex = threading.Lock()
+        self._arrivals = threading.Condition(self._mutex)  # a gathering leader waits here
+        self._idle = threading.Condition(self._mutex)  # close() waits here
         self._queue: list[Pending] = []
         self._leading = False
         self._writers: dict[int, float] = {}  # thread id -> when it last submitted
@@ -70,39 +97,66 @@ class GroupCommit:
 
     def close(self) -> bool:
         """Refuse further changes and wait for a running batch; False if already closed."""
-        with self._cv:
+        with self._mutex:
             closing = not self._closed
             self._closed = True
             while self._leading:
-                self._cv.wait()
+                self._idle.wait()
         return closing
 
     def submit(self, pending: Pending) -> str | None:
         """Queue ``pending`` and return its outcome (a sha or None), raising its error."""
-        with self._cv:
+        with self._mutex:
             if self._closed:
                 raise GitError("the committer is closed")
             self._queue.append(pending)
             if not pending.heal:
                 self._writers[threading.get_ident()] = time.monotonic()
-            self._arrivals.notify()
-            while not pending.done and self._leading:
-                self._cv.wait()
+            follow = self._leading
+            if follow:
+                self._arrivals.notify()
+            else:
+                self._leading = True
+        if follow:
+            pending.wait()
             if pending.done:
                 return pending.outcome()
-            self._leading = True
+            # Asked to lead: the previous leader left this change first in the queue.
+        with self._mutex:
             # Under concurrency, the writers of the last batch are re-queueing right now;
             # a moment's wait folds every active writer into one commit, instead of
             # commits alternating between groups (each costs a full index write).
             now = time.monotonic()
             self._writers = {t: w for t, w in self._writers.items() if now - w < _ACTIVE_SECONDS}
-            deadline = now + _GATHER_SECONDS
+            cap = now + _GATHER_MAX
+            queued, quiet_from = len(self._queue), now
             while len(self._queue) < len(self._writers):
-                remaining = deadline - time.monotonic()
+                if len(self._queue) > queued:
+                    queued, quiet_from = len(self._queue), time.monotonic()
+                remaining = min(quiet_from + _GATHER_GAP, cap) - time.monotonic()
                 if remaining <= 0:
                     break
                 self._arrivals.wait(remaining)
             batch, self._queue = self._queue, []
+        try:
+            self._run_safely(batch)
+        finally:
+            with self._mutex:
+                successor = self._queue[0] if self._queue else None
+                if successor is not None:
+                    successor.lead = True
+                else:
+                    self._leading = False
+                    self._idle.notify_all()
+            for item in batch:
+                if item is not pending:
+                    item.wake()
+            if successor is not None:
+                successor.wake()
+        return pending.outcome()
+
+    def _run_safely(self, batch: list[Pending]) -> None:
+        """Run ``batch``; every item ends done, with its outcome or the error."""
         try:
             try:
                 self._run(batch)
@@ -125,8 +179,3 @@ class GroupCommit:
                     item.fail(exc)
             if not isinstance(exc, Exception):
                 raise
-        finally:
-            with self._cv:
-                self._leading = False
-                self._cv.notify_all()
-        return pending.outcome()

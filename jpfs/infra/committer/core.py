@@ -2,10 +2,10 @@
 
 ``commit()`` snapshots the working-tree state of the named paths (see
 :mod:`jpfs.infra.committer.worktree`) and commits it on top of the current tip of the
-checked-out branch, or of HEAD itself when detached. The new tree is the tip's tree with
-only the trees along changed paths rewritten (:mod:`jpfs.infra.committer.trees`): whatever
-others committed meanwhile is kept and nothing the user staged is read. Unchanged blobs
-are recognised by hash and never rewritten.
+checked-out branch, or of HEAD itself when detached. The commits are planned by
+:mod:`jpfs.infra.committer.plan`: the tip's tree with only the trees along changed paths
+rewritten (:mod:`jpfs.infra.committer.trees`), so whatever others committed meanwhile is
+kept and nothing the user staged is read.
 
 A commit's objects go into one packfile from 16 objects on and are written loose below
 that (:mod:`jpfs.infra.committer.objects`); a background geometric repack every 25 packfiles
@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pygit2
@@ -33,9 +32,10 @@ from jpfs.infra.committer.change import Change, Identity
 from jpfs.infra.committer.failures import translate
 from jpfs.infra.committer.lockfile import LockFile, acquire
 from jpfs.infra.committer.maintenance import Maintenance
-from jpfs.infra.committer.objects import BLOB, COMMIT, TREE, Objects, commit_object, write_pack
+from jpfs.infra.committer.objects import Objects, write_loose, write_pack
+from jpfs.infra.committer.plan import Plan, Planner
 from jpfs.infra.committer.refs import Refs
-from jpfs.infra.committer.trees import TreeBuilder, TreeView, same, tree_files
+from jpfs.infra.committer.trees import TreeCache, TreeView
 from jpfs.infra.committer.userindex import UserIndex
 from jpfs.infra.committer.worktree import Blob, Dir, Worktree, check_path
 from jpfs.infra.gitdirs import common_dir
@@ -43,6 +43,7 @@ from jpfs.infra.gitdirs import common_dir
 _FALLBACK_NAME = "jpfs"
 _FALLBACK_EMAIL = "jpfs@localhost"
 _MAX_CAS_ATTEMPTS = 64
+_TIPS_MAX = 256
 _PACK_MIN = 16  # objects from which a commit's objects go into one packfile
 _REPACK_EVERY = 25  # packfiles written between two geometric repacks
 _DEFAULT_PENDING_TRAILERS: tuple[tuple[str, str], ...] = (("Jpfs-Event", "recover"),)
@@ -94,7 +95,9 @@ class Committer:
 
         self._group = GroupCommit(self._run_batch, self._reopen)
         self._worktree = Worktree(self._root, self._filemode)
-        self._trees = TreeBuilder()
+        self._trees = TreeCache()
+        self._tips: dict[str, bytes] = {}  # commit -> its tree, for the tips we saw
+        self._planner = Planner(self._worktree, self._trees, self._identity)
         self._refs = Refs(
             self._gitdir,
             self._commondir,
@@ -129,7 +132,8 @@ class Committer:
         Returns the sha of the commit containing the change, or None if none of its
         paths differ from the tip. Raises :class:`ScopeError` for paths outside ``owned``.
         """
-        paths = tuple(check_path(self._root, self._owned, p) for p in change.paths)
+        checked: set[str] = set()
+        paths = tuple(check_path(self._root, self._owned, p, checked) for p in change.paths)
         return self._group.submit(Pending(change, paths))
 
     def commit_pending(
@@ -219,14 +223,12 @@ class Committer:
                 item.succeed(None)  # the commit below re-syncs recent paths anyway
         batch = [item for item in batch if not item.heal]
         _, tip = self._refs.resolve_head()
-        tip_tree = self._tree_of(tip)
-        view = TreeView(tip_tree)
+        view = self._trees.view(self._repo, self._tree_of(tip))
         reads: dict[str, Blob | Dir | None] = {}
         for item in batch:
             try:
                 item.snapshot = [
-                    self._worktree.read(self._repo, p, tip_tree, reads, view.contains)
-                    for p in item.paths
+                    self._worktree.read(self._repo, p, view, reads) for p in item.paths
                 ]
             except JpfsError as exc:
                 item.fail(exc)
@@ -277,79 +279,15 @@ class Committer:
             if index_lock is not None:
                 index_lock.release()
 
-    def _plan(self, live: list[Pending], tip: str | None) -> _Plan:
-        base_tree = self._tree_of(tip)
-        base = TreeView(base_tree)
-        current: dict[str, Blob | None] = {}
-        owner: dict[str, int] = {}
-        runs: list[_Run] = []
-        all_entries: dict[str, Blob | None] = {}
-        for item in live:
-            entries: dict[str, Blob | None] = {}
-            for path, snap in zip(item.paths, item.snapshot, strict=True):
-                if isinstance(snap, Dir):
-                    for gone in tree_files(base_tree, path):
-                        entries[gone] = None
-                    entries.update(snap.files)
-                else:
-                    if snap is None:
-                        for gone in tree_files(base_tree, path):
-                            entries[gone] = None
-                    if path:
-                        entries[path] = snap
-            diff = {
-                p: blob
-                for p, blob in entries.items()
-                if not same(current[p] if p in current else base.get(p), blob)
-            }
-            # Only what changed goes on to the index: a conversation's unchanged events
-            # are in it already, and syncing them all made a commit O(events).
-            all_entries.update(diff)
-            author = item.change.author
-            if diff:
-                if not runs or runs[-1].author != author:
-                    runs.append(_Run(author))
-                run_no = len(runs) - 1
-                runs[run_no].changes.update(diff)
-                runs[run_no].items.append(item)
-                current.update(diff)
-                owner.update(dict.fromkeys(diff, run_no))
-                item.run = run_no
-            else:
-                owning = [owner[p] for p in entries if p in owner]
-                item.run = max(owning) if owning else None
-                if item.run is not None:
-                    runs[item.run].items.append(item)
-
-        parent = tip
-        tree_oid = base_tree.id.raw if base_tree is not None else None
-        objects = Objects()
-        shas: list[str] = []
-        log_msg = ""
-        for run in runs:
-            for path, blob in run.changes.items():
-                data = self._worktree.data(self._repo, path, blob) if blob is not None else None
-                if blob is not None and data is not None:
-                    objects.add(BLOB, data, blob.oid.raw)
-            new_tree = self._trees.build(self._repo, tree_oid, run.changes, objects)
-            tree_oid = new_tree if new_tree is not None else objects.add(TREE, b"")
-            message, subject = _message(run.items)
-            data = commit_object(
-                tree_oid,
-                [parent] if parent else [],
-                self._identity("AUTHOR", run.author),
-                self._identity("COMMITTER", None),
-                message,
-            )
-            log_msg = f"commit{'' if parent else ' (initial)'}: {subject}"
-            parent = objects.add(COMMIT, data).hex()
-            shas.append(parent)
-        if objects.items:
-            self._write_objects(objects)
-        tree = base_tree
-        if runs and tree_oid is not None:
-            tree = self._repo[pygit2.Oid(raw=tree_oid)].peel(pygit2.Tree)
-        return _Plan(shas[-1] if shas else None, shas, all_entries, log_msg, tree)
+    def _plan(self, live: list[Pending], tip: str | None) -> Plan:
+        plan = self._planner.plan(self._repo, live, tip, self._tree_of(tip))
+        if plan.objects.items:
+            self._write_objects(plan.objects)
+        if plan.new_tip is not None and plan.tree.root is not None:
+            if len(self._tips) >= _TIPS_MAX:
+                self._tips.clear()
+            self._tips[plan.new_tip] = plan.tree.root
+        return plan
 
     def _write_objects(self, objects: Objects) -> None:
         if len(objects.items) >= _PACK_MIN:
@@ -360,25 +298,25 @@ class Committer:
             if self._packs % _REPACK_EVERY == 0:
                 self._maintenance.repack()
         else:
-            odb = self._repo.odb
-            for kind, data, _ in objects.items:
-                odb.write(kind, data)
+            for kind, data, oid in objects.items:
+                write_loose(self._commondir / "objects", kind, data, oid, self._fsync)
 
-    def _tree_of(self, tip: str | None) -> pygit2.Tree | None:
+    def _tree_of(self, tip: str | None) -> bytes | None:
+        """The id of commit ``tip``'s tree (ours are remembered: commits are immutable)."""
         if tip is None:
             return None
+        tree = self._tips.get(tip)
+        if tree is not None:
+            return tree
         try:
             commit = self._repo[tip].peel(pygit2.Commit)
         except (KeyError, ValueError, pygit2.GitError) as exc:
             raise RepositoryFault(
                 f"HEAD points to {tip}, which is not a readable commit ({exc}): run `git fsck`"
             ) from exc
-        try:
-            return commit.tree
-        except (KeyError, ValueError, pygit2.GitError) as exc:
-            raise RepositoryFault(
-                f"tree {commit.tree_id} of commit {tip} cannot be read ({exc}): run `git fsck`"
-            ) from exc
+        tree = commit.tree_id.raw
+        self._tips[tip] = tree
+        return tree
 
     def _after_commits(self, count: int) -> None:
         before = self._commits
@@ -387,25 +325,9 @@ class Committer:
         if every > 0 and before // every != self._commits // every:
             self._maintenance.start()
 
-    def _head_tree(self) -> pygit2.Tree | None:
+    def _head_tree(self) -> TreeView:
         _, tip = self._refs.resolve_head()
-        return self._tree_of(tip)
-
-
-@dataclass
-class _Run:
-    author: Identity | None
-    changes: dict[str, Blob | None] = field(default_factory=dict)
-    items: list[Pending] = field(default_factory=list)
-
-
-@dataclass
-class _Plan:
-    new_tip: str | None
-    shas: list[str]
-    entries: dict[str, Blob | None]
-    log_msg: str
-    tree: pygit2.Tree | None  # the tree new_tip (or the unchanged tip) holds
+        return self._trees.view(self._repo, self._tree_of(tip))
 
 
 def _normalize_owned(prefix: str) -> str:
@@ -417,21 +339,3 @@ def _normalize_owned(prefix: str) -> str:
 
 def _local_offset_minutes() -> int:
     return -(time.altzone if time.localtime().tm_isdst > 0 else time.timezone) // 60
-
-
-def _message(items: list[Pending]) -> tuple[str, str]:
-    """The commit message for ``items`` (folded if several) and its subject."""
-    trailers = [f"{key}: {value}" for item in items for key, value in item.change.trailers]
-    if len(items) == 1:
-        subject = items[0].change.subject
-        body = ""
-    else:
-        subject = f"jpfs: {len(items)} changes"
-        # The "- " prefix keeps a subject like "Fix: x" from parsing as a trailer.
-        body = "\n".join(f"- {item.change.subject}" for item in items) + "\n"
-    message = subject + "\n"
-    if body:
-        message += "\n" + body
-    if trailers:
-        message += "\n" + "\n".join(trailers) + "\n"
-    return message, subject

@@ -44,10 +44,18 @@ def writev_all(fd: int, buffers: Sequence[bytes]) -> None:
             written = 0
 
 
-def replace_file(target: Path, buffers: Sequence[bytes], tmp_dir: Path, fsync: bool) -> None:
-    """Replace ``target`` atomically (temp file + rename) while its lock stays held."""
+def replace_file(
+    target: Path,
+    buffers: Sequence[bytes],
+    tmp_dir: Path,
+    fsync: bool,
+    *,
+    mtime_at_most_ns: int | None = None,
+) -> None:
+    """Replace ``target`` atomically (temp file + rename) while its lock stays held;
+    with ``mtime_at_most_ns``, the new file's mtime is set no later than that."""
     tmp = tmp_dir / f"tmp-{os.getpid()}-{secrets.token_hex(6)}"
-    _write_renamed(tmp, target, buffers, 0o666, fsync)
+    _write_renamed(tmp, target, buffers, 0o666, fsync, mtime_at_most_ns)
 
 
 def write_new(target: Path, buffers: Sequence[bytes], tmp_prefix: Path, fsync: bool) -> None:
@@ -57,12 +65,21 @@ def write_new(target: Path, buffers: Sequence[bytes], tmp_prefix: Path, fsync: b
 
 
 def _write_renamed(
-    tmp: Path, target: Path, buffers: Sequence[bytes], mode: int, fsync: bool
+    tmp: Path,
+    target: Path,
+    buffers: Sequence[bytes],
+    mode: int,
+    fsync: bool,
+    mtime_at_most_ns: int | None = None,
 ) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         try:
             writev_all(fd, buffers)
+            if mtime_at_most_ns is not None:
+                st = os.fstat(fd)
+                if st.st_mtime_ns > mtime_at_most_ns:
+                    os.utime(fd, ns=(st.st_atime_ns, mtime_at_most_ns))
             if fsync:
                 os.fsync(fd)
         finally:

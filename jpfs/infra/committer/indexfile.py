@@ -9,8 +9,8 @@ file is re-emitted with a gathered write and OpenSSL SHA-1 (~10-13 ms at 100k en
 the stat data of the file we read (fstat before reading, as git does), so ``git status``
 does not rehash them. As in git, entries racily clean relative to the index being
 replaced are re-checked against the working tree and smudged (size 0) if modified. The
-cache-tree (``TREE``) is invalidated along changed paths exactly like git's
-``cache_tree_invalidate_path``; ``REUC`` is kept; other optional extensions (``UNTR``,
+cache-tree (``TREE``, :mod:`jpfs.infra.committer.cachetree`) is invalidated along
+changed paths; ``REUC`` is kept; other optional extensions (``UNTR``,
 ``FSMN``, ``EOIE``, ``IEOT``) are dropped, which only costs git a rebuild. Index version
 4 goes through libgit2 (slower; entries without stat data). Split or sparse indexes
 (mandatory extensions ``link``, ``sdir``) raise :class:`IndexUnsupported`.
@@ -24,11 +24,13 @@ import hashlib
 import os
 import secrets
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pygit2
 
+from jpfs.infra.committer.cachetree import CacheTree
 from jpfs.infra.committer.fileio import file_stamp, replace_file
 
 MASK32 = 0xFFFFFFFF
@@ -71,71 +73,6 @@ class IndexFile:
         raise NotImplementedError
 
 
-class _CacheTree:
-    """One node of the ``TREE`` extension, caching its own serialization."""
-
-    __slots__ = ("cached", "children", "count", "name", "oid")
-
-    def __init__(self, name: bytes, count: int, oid: bytes | None) -> None:
-        self.name = name
-        self.count = count
-        self.oid = oid
-        self.children: list[_CacheTree] = []
-        self.cached: bytes | None = None
-
-    @classmethod
-    def parse(cls, data: bytes) -> _CacheTree:
-        pos = 0
-
-        def node() -> _CacheTree:
-            nonlocal pos
-            nul = data.index(b"\0", pos)
-            space = data.index(b" ", nul)
-            newline = data.index(b"\n", space)
-            count = int(data[nul + 1 : space])
-            subtrees = int(data[space + 1 : newline])
-            name = data[pos:nul]
-            pos = newline + 1
-            oid = None
-            if count >= 0:
-                oid = data[pos : pos + 20]
-                pos += 20
-            result = cls(name, count, oid)
-            result.children = [node() for _ in range(subtrees)]
-            return result
-
-        root = node()
-        if pos != len(data):
-            raise ValueError("trailing bytes in cache-tree")
-        return root
-
-    def invalidate(self, path: bytes) -> None:
-        # git's do_invalidate_path: mark every tree along the path, drop a subtree that
-        # is itself the changed path.
-        node = self
-        while True:
-            node.count, node.oid, node.cached = -1, None, None
-            head, sep, rest = path.partition(b"/")
-            if not sep:
-                node.children = [c for c in node.children if c.name != head]
-                return
-            for child in node.children:
-                if child.name == head:
-                    node, path = child, rest
-                    break
-            else:
-                return
-
-    def serialize(self) -> bytes:
-        if self.cached is None:
-            parts = [b"%s\0%d %d\n" % (self.name, self.count, len(self.children))]
-            if self.oid is not None:
-                parts.append(self.oid)
-            parts.extend(child.serialize() for child in self.children)
-            self.cached = b"".join(parts)
-        return self.cached
-
-
 class _Chunk:
     """A run of consecutive index entries and, while unchanged, their joined bytes."""
 
@@ -153,6 +90,8 @@ class _Chunk:
 
 
 _CHUNK = 256
+_RECHECKS = 128  # racily clean entries re-checked per index write, at most
+_NEVER = 1 << 62
 
 
 class FastIndex(IndexFile):
@@ -169,13 +108,13 @@ class FastIndex(IndexFile):
         self.chunks: list[_Chunk] = []
         self.firsts: list[bytes] = []  # first key of each chunk, for bisect
         self.count = 0
-        self.cache_tree: _CacheTree | None = None
+        self.cache_tree: CacheTree | None = None
         self.reuc: bytes | None = None
         self.mtime_sec = 0
         # Entries that are racily clean relative to the index they were read from or
         # written to; git re-checks those before writing a newer index, and so do we.
         self.racy: dict[bytes, int] = {}
-        self.fresh: set[bytes] = set()
+        self.racy_floor = _NEVER  # no racy entry is older than this (seconds)
         self.stamp: tuple[int, int, int, int] | None = None
 
     @classmethod
@@ -217,6 +156,7 @@ class FastIndex(IndexFile):
             if unpack(">I", body, off + 8)[0] >= newer:
                 racy[path] = unpack(">I", body, off + 8)[0]
             off += size
+        index.racy_floor = newer  # every racy entry is at least as new as the file
         for at in range(0, len(keys), _CHUNK):
             index.chunks.append(_Chunk(keys[at : at + _CHUNK], raws[at : at + _CHUNK]))
             index.firsts.append(keys[at])
@@ -228,7 +168,7 @@ class FastIndex(IndexFile):
             off += 8 + length
             if sig == b"TREE":
                 try:
-                    index.cache_tree = _CacheTree.parse(payload)
+                    index.cache_tree = CacheTree.parse(payload)
                 except (ValueError, IndexError):
                     index.cache_tree = None  # optional cache; dropping it is always valid
             elif sig == b"REUC":
@@ -260,7 +200,6 @@ class FastIndex(IndexFile):
             for key in chunk.keys[i:j]:
                 path = key[:-2]
                 self.racy.pop(path, None)
-                self.fresh.discard(path)
                 if self.cache_tree is not None:
                     self.cache_tree.invalidate(path)
             del chunk.keys[i:j]
@@ -334,16 +273,21 @@ class FastIndex(IndexFile):
             )
         head = struct.pack(">10I20sH", *fields, oid, min(len(path), 0xFFF))
         self._insert(path + b"\0\0", head + path + b"\0" * (8 - (62 + len(path)) % 8))
-        self.fresh.add(path)
         if fields[2]:
             self.racy[path] = fields[2]
+            self.racy_floor = min(self.racy_floor, fields[2])
         if self.cache_tree is not None:
             self.cache_tree.invalidate(path)
 
-    def _smudge_racy(self, racy_modified: Callable[[bytes, bytes], bool]) -> None:
-        for path in list(self.racy):
-            if path in self.fresh:
-                continue  # just hashed by us; the next write re-checks it
+    def _smudge_racy(self, racy_modified: Callable[[bytes, bytes], bool], second: int) -> int:
+        """Re-check the racily clean entries older than ``second``, oldest first and at
+        most :data:`_RECHECKS`; the second the new index's mtime must not pass."""
+        if self.racy_floor >= second:
+            return second  # the usual case: every racy entry is of this second
+        due = sorted((m, p) for p, m in self.racy.items() if m < second)
+        for done, (mtime, path) in enumerate(due):
+            if done == _RECHECKS:
+                return mtime  # the rest stay racy in the new index: checked next time
             slices = self._slices(path + b"\0\0", path + b"\0\1")
             if not slices:
                 continue
@@ -352,6 +296,7 @@ class FastIndex(IndexFile):
             if raw[36:40] != b"\0\0\0\0" and racy_modified(path, raw):
                 chunk.raws[i] = raw[:36] + b"\0\0\0\0" + raw[40:]
                 chunk.joined = None
+        return second
 
     def save(
         self,
@@ -362,7 +307,16 @@ class FastIndex(IndexFile):
         fsync: bool,
         skip_hash: bool,
     ) -> None:
-        self._smudge_racy(racy_modified)
+        # git re-checks, before writing an index, each entry racily clean relative to
+        # the index it replaces (mtime not older than that index's, in seconds), since
+        # the new, later index would make it look clean for good. Re-checking all of
+        # this second's entries at every commit made a commit O(commits per second),
+        # and all of them at once at each new second made a spike. So entries of the
+        # current second are not re-checked, older ones a few at a time, and the new
+        # file's mtime is set back to the start of the oldest second left unchecked:
+        # those entries stay racy in it, and whoever reads it re-checks them (an
+        # earlier index mtime only widens that set).
+        cut = self._smudge_racy(racy_modified, int(time.time()))
         parts = [b"DIRC" + struct.pack(">II", self.version, self.count)]
         parts.extend(chunk.data() for chunk in self.chunks)
         if self.cache_tree is not None:
@@ -377,12 +331,13 @@ class FastIndex(IndexFile):
             for part in parts:
                 digest.update(part)
             parts.append(digest.digest())
-        replace_file(index_path, parts, tmp_dir, fsync)
+        replace_file(index_path, parts, tmp_dir, fsync, mtime_at_most_ns=cut * 1_000_000_000)
         st = os.stat(index_path)
         self.stamp = file_stamp(st)
         self.mtime_sec = int(st.st_mtime)
-        self.racy = {p: m for p, m in self.racy.items() if m >= self.mtime_sec}
-        self.fresh.clear()
+        if self.racy_floor < self.mtime_sec:
+            self.racy = {p: m for p, m in self.racy.items() if m >= self.mtime_sec}
+            self.racy_floor = min(self.racy.values(), default=_NEVER)
 
 
 class Libgit2Index(IndexFile):

@@ -95,7 +95,7 @@ class Maintenance:
         for directory, prefixes in (
             (self._private, ("tmp-",)),
             (self._common_private, ("tmp-",)),
-            (self._commondir / "objects", ("tmp_object_git2_",)),
+            (self._commondir / "objects", ("tmp_object_git2_", "tmp_obj_jpfs_")),
             (self._commondir / "objects" / "pack", ("tmp_pack_jpfs_", "tmp_idx_jpfs_")),
         ):
             with contextlib.suppress(OSError):

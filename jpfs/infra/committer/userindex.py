@@ -82,7 +82,7 @@ class UserIndex:
         *,
         fsync: bool,
         skip_hash: bool,
-        head_tree: Callable[[], pygit2.Tree | None],
+        head_tree: Callable[[], TreeView],
         request_heal: Callable[[], object],
     ) -> None:
         self._gitdir = gitdir
@@ -132,7 +132,7 @@ class UserIndex:
         self._index_cache = loaded
         return loaded
 
-    def sync(self, entries: dict[str, Blob | None], tree: pygit2.Tree | None) -> None:
+    def sync(self, entries: dict[str, Blob | None], tree: TreeView) -> None:
         """Set the index entries of ``entries``' paths to ``tree`` (index.lock held)."""
         try:
             index = self._load()
@@ -162,7 +162,7 @@ class UserIndex:
             raise
 
     def _desired(
-        self, entries: dict[str, Blob | None], tree: pygit2.Tree | None, index: IndexFile
+        self, entries: dict[str, Blob | None], tree: TreeView, index: IndexFile
     ) -> dict[str, Blob | None]:
         """Index state wanted for ``entries``, owed paths and recent paths.
 
@@ -171,13 +171,14 @@ class UserIndex:
         """
         desired: dict[str, Blob | None] = dict(entries)
         extra = self.debt | self._recent.keys() if index.foreign else self.debt
-        view = TreeView(tree)
         for path in extra - desired.keys():
-            found = view.get(path)
-            desired[path] = None if found is None else Blob(found[0], found[1], b"", None)
+            found = tree.get(path)
+            desired[path] = (
+                None if found is None else Blob(pygit2.Oid(raw=found[1]), found[0], b"", None)
+            )
         return desired
 
-    def agrees(self, entries: dict[str, Blob | None], tree: pygit2.Tree | None) -> bool:
+    def agrees(self, entries: dict[str, Blob | None], tree: TreeView) -> bool:
         """Whether the index already holds ``entries`` (an unlocked look)."""
         index = self._load()
         if index is None:

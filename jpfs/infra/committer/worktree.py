@@ -7,19 +7,27 @@ clean/eol, LFS) are not applied: jpfs files are stored verbatim.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pygit2
 
 from jpfs.errors import GitError, ScopeError
 from jpfs.infra.committer.fileio import read_all
 from jpfs.infra.committer.objects import MODE_BLOB, MODE_EXEC, MODE_LINK
+
+
+class TreeView(Protocol):
+    """Lookups in the tip's tree (:class:`jpfs.infra.committer.trees.TreeView`)."""
+
+    def contains(self, path: str) -> bool: ...
+
+    def get(self, path: str) -> tuple[int, bytes] | None: ...
+
 
 _LOCAL_DIR = ".jpfs/local"
 # A file whose mtime and ctime are older than this when hashed cannot be rewritten with
@@ -40,9 +48,12 @@ class Dir:
     files: dict[str, Blob]
 
 
-def check_path(root: Path, owned: tuple[str, ...], raw: str) -> str:
+def check_path(
+    root: Path, owned: tuple[str, ...], raw: str, checked: set[str] | None = None
+) -> str:
     """``raw`` as a repo-relative path under ``owned`` (anywhere if ``owned`` is empty;
-    ``""`` then names the whole tree); :class:`ScopeError` if it is not."""
+    ``""`` then names the whole tree); :class:`ScopeError` if it is not. ``checked``
+    holds the directories already found not to be links, for the paths of one change."""
     path = raw.rstrip("/")
     if not path and not owned:
         return path  # the whole tree
@@ -60,14 +71,17 @@ def check_path(root: Path, owned: tuple[str, ...], raw: str) -> str:
         listed = ", ".join(owned)
         raise ScopeError(f"{raw!r} is outside the paths jpfs commits here ({listed})")
     # git refuses paths beyond a symlink; following one could commit foreign files.
-    parent = root
-    for part in parts[:-1]:
-        parent = parent / part
+    for depth in range(1, len(parts)):
+        parent = "/".join(parts[:depth])
+        if checked is not None and parent in checked:
+            continue
         try:
-            if stat.S_ISLNK(os.lstat(parent).st_mode):
-                raise ScopeError(f"{raw!r} is beyond a symbolic link ({part})")
+            if stat.S_ISLNK(os.lstat(os.path.join(root, parent)).st_mode):
+                raise ScopeError(f"{raw!r} is beyond a symbolic link ({parts[depth - 1]})")
         except (FileNotFoundError, NotADirectoryError):
             break
+        if checked is not None:
+            checked.add(parent)
     return path
 
 
@@ -90,9 +104,8 @@ class Worktree:
         self,
         repo: pygit2.Repository,
         path: str,
-        tip_tree: pygit2.Tree | None,
+        tip: TreeView,
         reads: dict[str, Blob | Dir | None],
-        tracked: Callable[[str], bool],
     ) -> Blob | Dir | None:
         if path in reads:
             return reads[path]
@@ -106,14 +119,14 @@ class Worktree:
             result: Blob | Dir | None = None
         else:
             if stat.S_ISDIR(st.st_mode):
-                result = Dir(self._walk(repo, path, tip_tree, tracked))
+                result = Dir(self._walk(repo, path, tip))
             else:
-                result = self._read_file(path, full, st, tip_tree)
+                result = self._read_file(path, full, st, tip)
         reads[path] = result
         return result
 
     def _read_file(
-        self, path: str, full: str, st: os.stat_result, tip_tree: pygit2.Tree | None
+        self, path: str, full: str, st: os.stat_result, tip: TreeView | None
     ) -> Blob | None:
         if stat.S_ISLNK(st.st_mode):
             try:
@@ -136,11 +149,10 @@ class Worktree:
             finally:
                 os.close(fd)
             mode = MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_BLOB
-            if not self._filemode and tip_tree is not None:
-                with contextlib.suppress(KeyError):
-                    old = tip_tree[path].filemode
-                    if old in (MODE_BLOB, MODE_EXEC):
-                        mode = old
+            if not self._filemode and tip is not None:
+                old = tip.get(path)
+                if old is not None and old[0] in (MODE_BLOB, MODE_EXEC):
+                    mode = old[0]
             oid = pygit2.hash(data)
             key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode)
             if max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - _SETTLED_NS:
@@ -166,13 +178,7 @@ class Worktree:
             raise GitError(f"{path} changed while it was being committed; retry")
         return fresh.data
 
-    def _walk(
-        self,
-        repo: pygit2.Repository,
-        top: str,
-        tip_tree: pygit2.Tree | None,
-        tracked_in_tip: Callable[[str], bool],
-    ) -> dict[str, Blob]:
+    def _walk(self, repo: pygit2.Repository, top: str, tip: TreeView) -> dict[str, Blob]:
         files: dict[str, Blob] = {}
         stack = [top]
         while stack:
@@ -185,7 +191,7 @@ class Worktree:
                 child = f"{rel}/{entry.name}" if rel else entry.name
                 if entry.name.lower() == ".git" or child == _LOCAL_DIR:
                     continue
-                tracked = tracked_in_tip(child)
+                tracked = tip.contains(child)
                 try:
                     st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
@@ -199,7 +205,7 @@ class Worktree:
                     continue
                 if not tracked and repo.path_is_ignored(child):
                     continue
-                blob = self._read_file(child, entry.path, st, tip_tree)
+                blob = self._read_file(child, entry.path, st, tip)
                 if blob is not None:
                     files[child] = blob
         return files
