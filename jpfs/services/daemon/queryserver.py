@@ -152,7 +152,9 @@ class QueryServer:
         os.chmod(self.path, 0o600)
         listener.listen(16)
         self._listener = listener
-        self._accepting = threading.Thread(target=self._accept, name="jpfs-queries", daemon=True)
+        self._accepting = threading.Thread(
+            target=self._accept, args=(listener,), name="jpfs-queries", daemon=True
+        )
         self._accepting.start()
         log.info("taking queries on %s", self.path)
         threading.Thread(target=self._warm, name="jpfs-sdk-warm-up", daemon=True).start()
@@ -204,10 +206,10 @@ class QueryServer:
         log.warning("%d handed-over quer(ies) still running at shutdown", len(threads))
 
     # -- connections ----------------------------------------------------------------------
-    def _accept(self) -> None:
-        while self._listener is not None:
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
             try:
-                sock, _ = self._listener.accept()
+                sock, _ = listener.accept()
             except OSError:
                 return  # closed
             thread = threading.Thread(
