@@ -12,6 +12,8 @@ render the way a human would write them.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -51,18 +53,66 @@ def parse(text: str, *, source: str = "<text>") -> tuple[dict[str, Any], str]:
 
 
 def render(meta: dict[str, Any], body: str) -> str:
+    head = _render_simple(meta)
+    if head is None:
+        head = _render_tomlkit(meta)
+    if not head.endswith("\n"):
+        head += "\n"
+    if body and not body.endswith("\n"):
+        body += "\n"
+    return f"{FENCE}\n{head}{FENCE}\n{body}"
+
+
+def _render_tomlkit(meta: dict[str, Any]) -> str:
     import tomlkit  # only writers pay for it: read-only commands must start fast
 
     doc = tomlkit.document()
     for key, value in meta.items():
         if value is not None:
             doc[key] = value
-    head = tomlkit.dumps(doc)
-    if not head.endswith("\n"):
-        head += "\n"
-    if body and not body.endswith("\n"):
-        body += "\n"
-    return f"{FENCE}\n{head}{FENCE}\n{body}"
+    return str(tomlkit.dumps(doc))
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
+_ESCAPE = re.compile(r'[\x00-\x1f\x7f"\\]')
+_COMPACT = {
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+    '"': '\\"',
+    "\\": "\\\\",
+}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _COMPACT.get(char) or f"\\u{ord(char):04x}"
+
+
+def _render_simple(meta: dict[str, Any]) -> str | None:
+    """What :func:`_render_tomlkit` writes, for the usual front matter: bare keys with
+    strings, integers, booleans and UTC datetimes (tomlkit's document model costs about
+    as much as the rest of an event append); None for anything else."""
+    lines = []
+    for key, value in meta.items():
+        if value is None:
+            continue
+        if not _BARE_KEY.match(key):
+            return None
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int):
+            text = str(value)
+        elif isinstance(value, str):
+            text = '"' + _ESCAPE.sub(_escape, value) + '"'
+        elif isinstance(value, dt.datetime) and value.tzinfo is dt.UTC and not value.microsecond:
+            text = value.replace(tzinfo=None).isoformat() + "Z"
+        else:
+            return None
+        lines.append(f"{key} = {text}\n")
+    return "".join(lines)
 
 
 def read(path: Path, root: Path | None = None) -> tuple[dict[str, Any], str]:

@@ -40,6 +40,7 @@ from jpfs.errors import FormatError
 MAX_BYTES = 8 * 1024 * 1024
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _PROC_FD = Path("/proc/self/fd")
+_HAVE_PROC_FD = os.path.isdir(_PROC_FD)
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -145,7 +146,15 @@ def write_atomic(path: Path, text: str | bytes, *, tmp_dir: Path | None = None) 
 
 def create_new(path: Path, text: str, *, tmp_dir: Path | None = None) -> bool:
     """Create ``path`` with ``text``, all or nothing, unless it exists (False then): a
-    hard link of a complete temporary file never shows a half-written one."""
+    hard link of a complete temporary file never shows a half-written one.
+
+    Where the kernel allows, the temporary file is unnamed (``O_TMPFILE``) and linked
+    into place once whole: one directory entry instead of three (create, link, unlink),
+    about half the cost of an event append, and nothing left behind by a crash."""
+    if tmp_dir is None and _HAVE_PROC_FD:
+        created = _create_unnamed(path, text.encode("utf-8"))
+        if created is not None:
+            return created
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path, tmp_dir)
     write_temporary(tmp, text)
@@ -156,3 +165,34 @@ def create_new(path: Path, text: str, *, tmp_dir: Path | None = None) -> bool:
     finally:
         tmp.unlink(missing_ok=True)
     return True
+
+
+def _create_unnamed(path: Path, data: bytes) -> bool | None:
+    """:func:`create_new` through an unnamed file; None where ``O_TMPFILE`` is refused."""
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                return None
+            raise
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            try:
+                # With a directory fd, os.link is linkat(AT_SYMLINK_FOLLOW): it names the
+                # unnamed file behind the /proc link, and fails if the name exists.
+                os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=dfd)
+            except FileExistsError:
+                return False
+        finally:
+            os.close(fd)
+        return True
+    finally:
+        os.close(dfd)
