@@ -167,6 +167,29 @@ def test_racy_rechecks_are_spread_over_commits(
         assert {"ra.txt", "rb.txt"} <= set(git(repo, "diff", "--name-only").split())
 
 
+def test_racy_rechecks_make_progress(
+    repo: Path, committer: Committer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # More racy entries of one second than one write re-checks: each write checks the
+    # next ones, so the index's mtime moves past that second after a few writes.
+    monkeypatch.setattr(indexfile, "_RECHECKS", 2)
+    for attempt in range(5):
+        start = int(time.time())
+        for n in range(6):
+            write(repo, f"conversations/p/{n}.md", f"{attempt} {n}\n")
+        assert committer.commit(Change(("conversations/p",), "six")) is not None
+        if int(time.time()) == start:
+            break
+    else:
+        pytest.skip("could not commit within one second")
+    wait_until(lambda: time.time() - 0.1 > start + 1, timeout=3, message="the next second")
+    for n in range(4):
+        rel = write(repo, f"conversations/q{n}.md", f"{n}\n")
+        assert committer.commit(Change((rel,), f"q{n}")) is not None
+    assert int((repo / ".git/index").stat().st_mtime) > start
+    assert git(repo, "status", "--porcelain") == ""
+
+
 def test_group_commit_hands_the_lead_on(repo: Path, committer: Committer) -> None:
     # 24 threads committing in a loop: every change lands exactly once, in a commit
     # that holds it, with no thread left waiting (each wakes on its own lock).

@@ -1,20 +1,18 @@
 """A codec for git's index file, fast enough to rewrite a 100k-entry index per commit.
 
 Writing a 100k-entry index with libgit2 costs ~33 ms (SHA-1DC hashing), more than the
-whole rest of a commit, so the index is handled by a small codec here: entries stay in
-memory as their on-disk bytes in chunks with cached joined bytes, re-parsed only when
-the file's stat identity changed (someone else wrote it); changes go in by bisect; the
-file is re-emitted with a gathered write and OpenSSL SHA-1 (~10-13 ms at 100k entries,
-~1-2 ms at 10k, dominated by hashing and ext4's flush on rename-over). New entries carry
-the stat data of the file we read (fstat before reading, as git does), so ``git status``
-does not rehash them. As in git, entries racily clean relative to the index being
-replaced are re-checked against the working tree and smudged (size 0) if modified. The
-cache-tree (``TREE``, :mod:`jpfs.infra.committer.cachetree`) is invalidated along
-changed paths; ``REUC`` is kept; other optional extensions (``UNTR``,
-``FSMN``, ``EOIE``, ``IEOT``) are dropped, which only costs git a rebuild. Index version
-4 goes through libgit2 (slower; entries without stat data). Split or sparse indexes
-(mandatory extensions ``link``, ``sdir``) raise :class:`IndexUnsupported`.
-"""
+rest of a commit, so the index is handled here: entries stay in memory as their on-disk
+bytes in chunks with cached joined bytes, re-parsed only when the file's stat identity
+changed (someone else wrote it); changes go in by bisect; the file is re-emitted with a
+gathered write and OpenSSL SHA-1 (~10-13 ms at 100k entries, ~1-2 ms at 10k). New
+entries carry the stat data of the file we read (fstat before reading, as git does), so
+``git status`` does not rehash them. As in git, racily clean entries are re-checked
+against the working tree and smudged (size 0) if modified (see :meth:`FastIndex.save`).
+The cache-tree (``TREE``, :mod:`jpfs.infra.committer.cachetree`) is invalidated along
+changed paths; ``REUC`` is kept; other optional extensions (``UNTR``, ``FSMN``, ``EOIE``,
+``IEOT``) are dropped, which only costs git a rebuild. Index version 4 goes through
+libgit2 (slower; entries without stat data). Split or sparse indexes (mandatory
+extensions ``link``, ``sdir``) raise :class:`IndexUnsupported`."""
 
 from __future__ import annotations
 
@@ -92,6 +90,7 @@ class _Chunk:
 _CHUNK = 256
 _RECHECKS = 128  # racily clean entries re-checked per index write, at most
 _NEVER = 1 << 62
+_CLOCK_SLACK = 0.05  # seconds
 
 
 class FastIndex(IndexFile):
@@ -281,13 +280,19 @@ class FastIndex(IndexFile):
 
     def _smudge_racy(self, racy_modified: Callable[[bytes, bytes], bool], second: int) -> int:
         """Re-check the racily clean entries older than ``second``, oldest first and at
-        most :data:`_RECHECKS`; the second the new index's mtime must not pass."""
+        most :data:`_RECHECKS`; the second the new index's mtime must not pass.
+
+        An entry checked once its second is over is racy no more: a later change of its
+        file gets a later mtime, which git sees in the stat data alone."""
         if self.racy_floor >= second:
             return second  # the usual case: every racy entry is of this second
+        cut = second
         due = sorted((m, p) for p, m in self.racy.items() if m < second)
         for done, (mtime, path) in enumerate(due):
             if done == _RECHECKS:
-                return mtime  # the rest stay racy in the new index: checked next time
+                cut = mtime  # the rest stay racy in the new index: checked next time
+                break
+            del self.racy[path]
             slices = self._slices(path + b"\0\0", path + b"\0\1")
             if not slices:
                 continue
@@ -296,7 +301,8 @@ class FastIndex(IndexFile):
             if raw[36:40] != b"\0\0\0\0" and racy_modified(path, raw):
                 chunk.raws[i] = raw[:36] + b"\0\0\0\0" + raw[40:]
                 chunk.joined = None
-        return second
+        self.racy_floor = min(self.racy.values(), default=_NEVER)
+        return cut
 
     def save(
         self,
@@ -307,16 +313,14 @@ class FastIndex(IndexFile):
         fsync: bool,
         skip_hash: bool,
     ) -> None:
-        # git re-checks, before writing an index, each entry racily clean relative to
-        # the index it replaces (mtime not older than that index's, in seconds), since
-        # the new, later index would make it look clean for good. Re-checking all of
-        # this second's entries at every commit made a commit O(commits per second),
-        # and all of them at once at each new second made a spike. So entries of the
-        # current second are not re-checked, older ones a few at a time, and the new
-        # file's mtime is set back to the start of the oldest second left unchecked:
-        # those entries stay racy in it, and whoever reads it re-checks them (an
-        # earlier index mtime only widens that set).
-        cut = self._smudge_racy(racy_modified, int(time.time()))
+        # git re-checks each racily clean entry (mtime not older than the index's, in
+        # seconds) before writing a later index, which would make it look clean for
+        # good. Doing so at every commit made a commit O(commits per second); so the
+        # current second's entries wait, older ones go a few at a time, and the new
+        # index's mtime is set back to the oldest second left unchecked: those stay
+        # racy for every reader (an earlier index mtime only widens that set). A second
+        # is over a little after the clock says so: file timestamps may lag behind.
+        cut = self._smudge_racy(racy_modified, int(time.time() - _CLOCK_SLACK))
         parts = [b"DIRC" + struct.pack(">II", self.version, self.count)]
         parts.extend(chunk.data() for chunk in self.chunks)
         if self.cache_tree is not None:
