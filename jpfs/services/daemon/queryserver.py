@@ -161,7 +161,10 @@ class QueryServer:
 
     def _warm(self) -> None:
         """Import the model's SDK once the daemon is idle (not while it catches up, which
-        it would slow down), so that no handed-over query waits for the import."""
+        it would slow down), so that no handed-over query waits for the import. Not
+        without an API key: no anthropic run can start here then."""
+        if not os.environ.get("ANTHROPIC_API_KEY", "").strip():
+            return
         while not self.idle():
             if self.stopping.wait(0.2):
                 return
