@@ -226,3 +226,31 @@ def test_a_workspace_deeper_than_sun_path_still_hands_over(tmp_path: Path) -> No
         done = jpfs_subprocess("query", "Deep.", cwd=deep)
     assert (done.returncode, done.stdout) == (0, "ok: Deep.\n"), done.stderr
     assert len(handed_over(deep)) == 1
+
+
+ASKER = """
+model = "m"
+provider = "script"
+[onboarding]
+enabled = true
+[[script.onboarding]]
+questions = ["Which database?"]
+[[script.onboarding]]
+questions = ["Any deadline?"]
+[[script.turns]]
+text = "WORKED ON: {input}"
+"""
+
+
+def test_questions_come_back_from_the_daemon_as_from_the_cli(ws: Path) -> None:
+    use_only_agent(ws, "asker", ASKER)
+    with running_daemon(ws):
+        first = jpfs_subprocess("query", "--new", "--non-interactive", "Migrate the DB", cwd=ws)
+        conv = re.findall(r"(\S+): query handed over by the CLI", daemon_log(ws))
+        assert first.returncode == 4, first.stderr
+        assert first.stdout.startswith(f'<questions conversation_id="{conv[0]}">')
+        assert "Which database?" in first.stdout
+        assert f"answer with: jpfs answer {conv[0]}" in first.stderr
+        second = jpfs_subprocess("query", "--id", conv[0], "Postgres", cwd=ws)
+    assert second.returncode == 4 and "Any deadline?" in second.stdout, second.stderr
+    assert handed_over(ws) == [conv[0], conv[0]]
