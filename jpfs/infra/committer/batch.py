@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import pygit2
 
-from jpfs.errors import GitError
+from jpfs.errors import GitError, RepositoryFault
 from jpfs.infra.committer.change import Change
 from jpfs.infra.committer.failures import translate
 from jpfs.infra.committer.worktree import Blob, Dir
@@ -160,10 +160,14 @@ class GroupCommit:
         try:
             try:
                 self._run(batch)
-            except pygit2.GitError:
+            except (pygit2.GitError, RepositoryFault) as exc:
                 # libgit2 fails hard (no refresh) when a packfile it indexed was deleted
                 # by a concurrent `git repack`/`git gc`: reopen and retry what is left.
                 # Nothing was committed for unfinished items (the ref moves last).
+                if not isinstance(exc, pygit2.GitError) and not isinstance(
+                    exc.__cause__, pygit2.GitError
+                ):
+                    raise
                 self._reopen()
                 self._run([item for item in batch if not item.done])
         except (pygit2.GitError, OSError) as exc:
