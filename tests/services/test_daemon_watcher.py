@@ -18,7 +18,7 @@ from jpfs.services.daemon.watcher import (
     IgnoredDirs,
     watch,
 )
-from tests.conftest import no_thread_leak, rgit, wait_until
+from tests.conftest import Result, no_thread_leak, rgit, wait_until
 from tests.services.test_daemon_helpers import (
     roles,
     setup_workspace,
@@ -159,3 +159,44 @@ def test_the_daemon_in_process_serves_and_stops_without_leaking_threads(ws: Path
         assert not thread.is_alive()
     assert roles(ws / "conversations" / "x") == []
     assert not (ws / ".jpfs/local/daemon.pid").exists()
+
+
+def test_files_written_after_ready_before_the_watch_is_up_are_edits_not_recoveries(
+    ws: Path, cli: Callable[..., Result]
+) -> None:
+    """Ready comes before the watch (one inotify watch per directory: O(record)); what
+    is written in between has no event, and the catch-up takes it as the edit it is."""
+    from jpfs.core.workspace import open_workspace
+    from jpfs.services.daemon.service import Daemon
+
+    setup_workspace(ws, default_agent="lead")
+    assert cli("c", "new", "old", "--no-activate").code == 0
+    root = ws / "conversations"
+
+    class WritesBeforeTheWatch(Daemon):
+        def start_watching(self) -> None:
+            assert self.ready.is_set()
+            write_in_place(root / "x" / "task.md", "Hello.\n")
+            toml = root / "old" / "conversation.toml"
+            text = toml.read_text(encoding="utf-8")
+            write_in_place(toml, text.replace('title = ""', 'title = "renamed"'))
+            super().start_watching()
+
+    with no_thread_leak():
+        daemon = WritesBeforeTheWatch(open_workspace(ws))
+        thread = threading.Thread(target=daemon.run)
+        thread.start()
+        try:
+            wait_until(lambda: state_of(ws, "x") == "waiting", message="x's questions")
+            wait_until(
+                lambda: 'title = "renamed"' in rgit(ws, "show", "HEAD:old/conversation.toml"),
+                message="the title edit committed",
+            )
+        finally:
+            daemon.stop.set()
+            thread.join(20)
+        assert not thread.is_alive()
+    subjects = rgit(ws, "log", "--format=%s").splitlines()
+    assert "jpfs(x): task" in subjects
+    assert any(s.startswith("jpfs(old): edit") for s in subjects), subjects
+    assert not any("recover" in s for s in subjects), subjects

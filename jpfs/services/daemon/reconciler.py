@@ -42,7 +42,7 @@ from jpfs.services.daemon.actions import Need
 from jpfs.services.daemon.pool import Pool
 from jpfs.services.daemon.procfs import open_files
 from jpfs.services.daemon.seen import Seen, signature
-from jpfs.services.daemon.watcher import CLOSED, DELETED, MOVED_FROM, MOVED_TO, Batch
+from jpfs.services.daemon.watcher import CLOSED, DELETED, MODIFIED, MOVED_FROM, MOVED_TO, Batch
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -407,13 +407,18 @@ class Reconciler:
         """Commit whatever differs from HEAD under the root (crash, lost events).
 
         ``before_ns``: only files last changed before then (a file-system timestamp);
-        later ones were written under the watch, and their events commit them as the
-        edits they are, not as a recovery.
+        later ones were written once the daemon was ready, and are the edits they are,
+        not a recovery: each is noted as a change (the watch, set up after that time,
+        may have missed it), which commits it like its own event would.
         """
         trailers = (("Jpfs-Event", "recover"),)
         paths = edits.pending(self.ws)
         if paths is not None and before_ns is not None:
-            paths = [p for p in paths if _changed_before(self.ws.root / p, before_ns)]
+            later = {p for p in paths if not _changed_before(self.ws.root / p, before_ns)}
+            for path in sorted(later):
+                # Not seen to end: committed once settled and no longer open for writing.
+                self.note_change(self.ws.record_path(path), MODIFIED, False)
+            paths = [p for p in paths if p not in later]
         if paths is None:
             sha = self.ws.committer.commit_pending(subject=subject, trailers=trailers)
         elif paths:

@@ -3,10 +3,11 @@
 Start-up, in this order (each step makes the next one safe after a SIGKILL):
 
 1. take the workspace's daemon lock (one daemon per workspace);
-2. delete temporary files of dead jpfs processes, make sure editors' swap files are
-   git-ignored under the conversation root, and commit whatever a killed process
-   wrote but did not commit (``commit_pending``);
-3. start watching, then scan every conversation once, then report ready.
+2. make sure the record worktree is sound, mark the time from which no write is
+   missed, and report ready;
+3. catching up (``catch_up``): watch, delete temporary files of dead jpfs processes,
+   commit whatever a killed process or the user wrote while no daemon ran, and scan
+   what changed since the last daemon looked.
 
 The main thread runs the reconciler loop; signals only set events it checks.
 """
@@ -107,16 +108,17 @@ class Daemon:
                 log.info("daemon %d starting in %s", os.getpid(), self.ws.root)
                 try:
                     self.prepare()
-                    self.start_watching()
+                    # Ready once the mark is down: what is written from then on is seen
+                    # by the watch, or, while the watch is still being set up (one watch
+                    # per directory: O(record)), by the catch-up that follows it, in the
+                    # loop's thread, before any event, with what was written before (a
+                    # crash's leftovers, edits while no daemon ran).
                     watched_since = self.mark_watching()
-                    # Ready once watching: nothing written from now on is missed. What
-                    # was written before (a crash's leftovers, edits while no daemon
-                    # ran) is caught up next, in the loop's thread, before any event.
                     self.catching_up = True
                     self.serve_queries()
                     self.ready.set()
                     self.write_status(force=True)
-                    log.info("daemon ready: watching %s", self.ws.conv_root)
+                    log.info("daemon ready in %s", self.ws.conv_root)
                     self.catch_up(watched_since)
                     self.reconciler.loop(self.stop, self.tick)
                 finally:
@@ -141,17 +143,19 @@ class Daemon:
         self.queries.start()
 
     def mark_watching(self) -> int:
-        """The file-system time from which every write is seen by the watch: a file
-        written now, stamped by the same clock that stamps the user's files."""
+        """The file-system time from which every write is seen as an edit (by the watch,
+        or by the catch-up for what came before the watch was in place): a file written
+        now, stamped by the same clock that stamps the user's files."""
         mark = self.ws.ensure_local() / "watching-since"
         mark.write_text(f"{os.getpid()}\n", encoding="utf-8")
         return mark.stat().st_mtime_ns
 
     def catch_up(self, watched_since: int | None = None) -> None:
-        """Start-up chores that grow with the record, done once ready: temporary files
-        of dead writers, files a crash left uncommitted, and a look at every
-        conversation that changed since the last daemon saw it."""
+        """Start-up chores that grow with the record, done once ready: the watch,
+        temporary files of dead writers, files a crash left uncommitted, and a look at
+        every conversation that changed since the last daemon saw it."""
         started = time.monotonic()
+        self.start_watching()
         swept = recovery.sweep_debris(self.ws)
         if swept:
             log.info("removed %d temporary file(s) or dir(s) left by killed processes", swept)
