@@ -10,9 +10,11 @@ before the agent reacts to them.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +24,11 @@ from jpfs.core import ids, record
 from jpfs.core.conversation import ANSWERS
 from jpfs.core.scope import TASK
 from jpfs.core.workspace import Workspace
-from jpfs.errors import GitError, RepositoryFault
+from jpfs.errors import GitError, IdError, JpfsError, RepositoryFault
 from jpfs.infra import gitcli
 from jpfs.infra.committer import Change
+
+log = logging.getLogger("jpfs.services.daemon")
 
 # Files jpfs's own writers produce outside the conversation's run lock (mail from a
 # child, a CLI command): the writer commits them right away, so the daemon commits
@@ -205,6 +209,69 @@ def commit_edits(ws: Workspace, conv_id: str, rels: list[str]) -> str | None:
         return ws.commit(Change(tuple(paths), f"jpfs: edit {shown}", (("Jpfs-Event", "edit"),)))
     note = shown if event == "edit" else None
     return record.commit(ws, conv_id, event, paths=paths, note=note)
+
+
+def dirty(ws: Workspace, head: Head, paths: set[str]) -> dict[str, list[str]]:
+    """Files among ``paths`` (root-relative, directories expanded) that differ from
+    HEAD, by conversation."""
+    if not paths:
+        return {}
+    head.refresh()
+    groups: dict[str, set[str]] = {}
+    for path in paths:
+        for rel in expand(ws, head, path):
+            if differs(ws, head, rel):
+                groups.setdefault(conv_of(rel)[0], set()).add(rel)
+    return {conv_id: sorted(rels) for conv_id, rels in groups.items()}
+
+
+def commit_all(
+    ws: Workspace,
+    groups: list[tuple[str, list[str]]],
+    on_error: Callable[[str], None],
+    *,
+    workers: int,
+) -> set[str]:
+    """Commit each conversation's edits (as the user), concurrently so that the
+    committer's group commit lands a burst of saves in a few commits; returns the ids
+    committed."""
+    done: set[str] = set()
+
+    def one(group: tuple[str, list[str]]) -> None:
+        conv_id, rels = group
+        if not conv_id:
+            report_misnamed(rels, on_error)
+        try:
+            if commit_edits(ws, conv_id, rels):
+                log.info("%s: committed the user's edit of %s", conv_id or "(root)",
+                         ", ".join(rels))  # fmt: skip
+            done.add(conv_id)
+        except JpfsError as exc:
+            log.error("%s: cannot commit the user's edit: %s", conv_id or "(root)", exc)
+            on_error(f"{conv_id}: {exc}")
+
+    if len(groups) <= 1:
+        for group in groups:
+            one(group)
+    else:
+        with ThreadPoolExecutor(min(len(groups), workers), "jpfs-commit") as fan:
+            list(fan.map(one, groups))
+    return done
+
+
+def report_misnamed(rels: list[str], on_error: Callable[[str], None]) -> None:
+    """Files under a directory whose name is no conversation id are still committed
+    (nothing is lost), but never silently: the user is told what to rename."""
+    for top in sorted({rel.split("/", 1)[0] for rel in rels if "/" in rel}):
+        try:
+            ids.validate(top)
+        except IdError as exc:
+            message = (
+                f"{top}/ is not a conversation: {exc}; its files are kept as plain"
+                " files of the record. Rename the directory to make it a conversation"
+            )
+            log.warning("%s", message)
+            on_error(message)
 
 
 def pending(ws: Workspace) -> list[str] | None:

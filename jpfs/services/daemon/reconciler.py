@@ -3,10 +3,10 @@
 One thread owns all of this state; the watcher and the pool only post to its inbox.
 For each conversation it is woken for, it
 
-1. waits until every file touched there has settled (a save that ended with close or
-   rename: on arrival; anything else, deletions included: ``settle`` seconds without
-   an event and no process holding it open for writing), so an editor's
-   save-by-rename is one change and a half-written file is never acted on;
+1. waits until every file touched there has settled (:mod:`settling`: a save that
+   ended with close or rename on arrival; anything else, deletions included, after
+   ``settle`` seconds without an event and no process holding it open for writing), so
+   an editor's save-by-rename is one change and a half-written file is never acted on;
 2. takes the conversation's run lock without waiting (held by a run here or in
    another process: look again when it is free) and commits the files that differ from
    HEAD as the user's edit (:mod:`jpfs.services.daemon.edits`);
@@ -27,11 +27,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from jpfs.core import ids, locks, tree
+from jpfs.core import locks, tree
 from jpfs.core.conversation import ANSWERS, Conversation
 from jpfs.core.scope import CONVERSATION_TOML, TASK
 from jpfs.core.workspace import Workspace
@@ -40,8 +39,8 @@ from jpfs.infra.committer import Change
 from jpfs.services.daemon import actions, edits
 from jpfs.services.daemon.actions import Need
 from jpfs.services.daemon.pool import Pool
-from jpfs.services.daemon.procfs import open_files
 from jpfs.services.daemon.seen import Seen, signature
+from jpfs.services.daemon.settling import FileState, Settling
 from jpfs.services.daemon.watcher import CLOSED, DELETED, MODIFIED, MOVED_FROM, MOVED_TO, Batch
 
 log = logging.getLogger("jpfs.services.daemon")
@@ -64,13 +63,6 @@ class Serving:
     adopted: bool = False
 
 
-@dataclass
-class FileState:
-    last: float  # monotonic time of the last event
-    complete: bool  # the last event ended a human's save: act on arrival
-    ended: bool = True  # the last event ended a write (close, rename), whoever wrote
-
-
 class Reconciler:
     def __init__(
         self,
@@ -89,8 +81,7 @@ class Reconciler:
         self.scan_interval = scan_interval
         self.on_error = on_error
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self.files: dict[str, FileState] = {}  # conversation-root-relative path
-        self.touched: dict[str, set[str]] = {}  # conversation id -> touched paths
+        self.settling = Settling(ws.conv_root)  # files touched, until they settle
         self.due: dict[str, float] = {}  # conversation id -> when to look at it
         self.backoff: dict[str, float] = {}  # locked elsewhere: seconds until the next look
         self.fault_wait: dict[str, float] = {}  # repository fault: seconds until the next look
@@ -167,35 +158,8 @@ class Reconciler:
             if edits.agent_written(inner) and conv_id and self.pool.is_running(conv_id):
                 return  # our own run's transcript: its commits are the record
             complete = ended and not edits.agent_written(inner)
-        self.files[path] = FileState(now, complete, ended)
-        self.touched.setdefault(conv_id, set()).add(path)
+        self.settling.note(conv_id, path, FileState(now, complete, ended))
         self.due.setdefault(conv_id, now)
-
-    def stable_at(self, path: str) -> float:
-        """When ``path`` counts as saved, as far as events tell.
-
-        Changes arrive after ``debounce`` seconds of quiet (the watcher's), so a save
-        that ended (close after write, rename into place) is settled on arrival;
-        anything else (a write not closed yet, a file seen only as created because it
-        was written before the watch on its new directory existed, a deletion) after
-        ``settle``, and then only if no process has it open for writing
-        (:meth:`still_written`): someone typing into ``cat > task.md`` is not done.
-        """
-        st = self.files.get(path)
-        if st is None:
-            return 0.0
-        if st.complete:
-            return st.last
-        return st.last + max(0.0, self.settle - self.debounce)
-
-    def still_written(self, paths: set[str]) -> bool:
-        """Whether a file whose write was never seen to end is open for writing."""
-        unsure = [
-            self.ws.conv_root / p
-            for p in paths
-            if (st := self.files.get(p)) is not None and not st.ended
-        ]
-        return bool(open_files([p for p in unsure if p.is_file()], writing=True))
 
     def process_due(self) -> None:
         now = time.monotonic()
@@ -226,7 +190,8 @@ class Reconciler:
                     continue
                 if item is not None:
                     serving.append(item)
-            committed = self.commit_all([g for item in serving for g in item.groups.items()])
+            groups = [g for item in serving for g in item.groups.items()]
+            committed = edits.commit_all(self.ws, groups, self.on_error, workers=CHUNK)
             for item in serving:
                 try:
                     self.conclude(item, committed)
@@ -236,7 +201,7 @@ class Reconciler:
         for item in serving:  # the run locks are released: the pool may take them
             self.backoff.pop(item.conv_id, None)
             self.fault_wait.pop(item.conv_id, None)
-            self.forget(item.conv_id)
+            self.settling.forget(item.conv_id)
             if item.verdict.need is Need.RUN:
                 self.pool.submit(item.conv_id)
 
@@ -251,12 +216,12 @@ class Reconciler:
 
     def prepare(self, conv_id: str, held: contextlib.ExitStack) -> Serving | None:
         """Take the run lock, adopt, find the edits to commit; None: nothing to do now."""
-        paths = self.touched.get(conv_id, set())
-        settled = max((self.stable_at(p) for p in paths), default=0.0)
+        paths = self.settling.paths(conv_id)
+        settled = self.settling.settled_at(paths, max(0.0, self.settle - self.debounce))
         if settled > time.monotonic():
             self.due[conv_id] = settled
             return None
-        if self.still_written(paths):
+        if self.settling.still_written(paths):
             self.due[conv_id] = time.monotonic() + self.settle
             return None
         if not conv_id:  # files at the root belong to no conversation
@@ -266,7 +231,7 @@ class Reconciler:
         try:
             conv = Conversation(self.ws.conv_root, conv_id)
         except IdError:
-            self.forget(conv_id)
+            self.settling.forget(conv_id)
             return None
         if not paths:
             # The common case of a scan: nothing touched and nothing needed, no lock taken.
@@ -297,56 +262,8 @@ class Reconciler:
         return Serving(conv_id, conv, verdict, self.dirty(candidates), adopted)
 
     def dirty(self, paths: set[str]) -> dict[str, list[str]]:
-        """Files among ``paths`` (directories expanded) that differ from HEAD, by conversation."""
         assert self.head is not None
-        if not paths:
-            return {}
-        self.head.refresh()
-        groups: dict[str, set[str]] = {}
-        for path in paths:
-            for rel in edits.expand(self.ws, self.head, path):
-                if edits.differs(self.ws, self.head, rel):
-                    groups.setdefault(edits.conv_of(rel)[0], set()).add(rel)
-        return {conv_id: sorted(rels) for conv_id, rels in groups.items()}
-
-    def commit_all(self, groups: list[tuple[str, list[str]]]) -> set[str]:
-        """Commit each conversation's edits (as the user); returns the ids committed."""
-        done: set[str] = set()
-
-        def one(group: tuple[str, list[str]]) -> None:
-            conv_id, rels = group
-            if not conv_id:
-                self.report_misnamed(rels)
-            try:
-                if edits.commit_edits(self.ws, conv_id, rels):
-                    log.info("%s: committed the user's edit of %s", conv_id or "(root)",
-                             ", ".join(rels))  # fmt: skip
-                done.add(conv_id)
-            except JpfsError as exc:
-                log.error("%s: cannot commit the user's edit: %s", conv_id or "(root)", exc)
-                self.on_error(f"{conv_id}: {exc}")
-
-        if len(groups) <= 1:
-            for group in groups:
-                one(group)
-        else:
-            with ThreadPoolExecutor(min(len(groups), CHUNK), "jpfs-commit") as fan:
-                list(fan.map(one, groups))
-        return done
-
-    def report_misnamed(self, rels: list[str]) -> None:
-        """Files under a directory whose name is no conversation id are still committed
-        (nothing is lost), but never silently: the user is told what to rename."""
-        for top in sorted({rel.split("/", 1)[0] for rel in rels if "/" in rel}):
-            try:
-                ids.validate(top)
-            except IdError as exc:
-                message = (
-                    f"{top}/ is not a conversation: {exc}; its files are kept as plain"
-                    " files of the record. Rename the directory to make it a conversation"
-                )
-                log.warning("%s", message)
-                self.on_error(message)
+        return edits.dirty(self.ws, self.head, paths)
 
     def conclude(self, item: Serving, committed: set[str]) -> None:
         """Still under the lock: what the committed files call for; record a broken one."""
@@ -365,10 +282,6 @@ class Reconciler:
             self.on_error(f"{item.conv_id}: {item.verdict.reason}")
         self.seen.put(item.conv_id, signature(item.conv), item.verdict.need)
 
-    def forget(self, conv_id: str) -> None:
-        for path in self.touched.pop(conv_id, set()):
-            self.files.pop(path, None)
-
     # -- scans ---------------------------------------------------------------------------------
     def scan(self, *, full: bool, stop: threading.Event | None = None) -> None:
         """Look at every conversation whose files changed (all of them when ``full``)."""
@@ -382,7 +295,7 @@ class Reconciler:
             live.add(conv_id)
             if not full and self.seen.unchanged(conv_id, os.path.join(root, conv_id)):
                 continue
-            if conv_id in self.touched:  # its files are settling: it is due anyway
+            if conv_id in self.settling:  # its files are settling: it is due anyway
                 self.due.setdefault(conv_id, time.monotonic())
                 continue
             looked.append(conv_id)
@@ -424,7 +337,7 @@ class Reconciler:
         elif paths:
             # What recovery commits is reported like any edit: a misnamed directory
             # written while no daemon watched must not slip in silently.
-            self.report_misnamed([self.ws.record_path(p) for p in paths])
+            edits.report_misnamed([self.ws.record_path(p) for p in paths], self.on_error)
             sha = self.ws.commit(Change(tuple(paths), subject, trailers))
         else:
             sha = None
