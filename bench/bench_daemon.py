@@ -1,8 +1,10 @@
-"""Benchmark the daemon: reaction latency, throughput, and memory on a large tree.
+"""Benchmark the daemon: reaction latency, bursts, start-up and memory.
 
-Usage: python bench/bench_daemon.py [--quick] [--tasks N] [--burst N] [--tree N]
+Usage: python bench/bench_daemon.py [--quick] [--tasks N] [--burst N] [--agents N]
+       [--turn S] [--rounds R] [--tree N] [--only latency,burst,start]
 
-Every number comes from a real ``jpfs daemon run`` process on a real repository:
+Every number comes from a real ``jpfs daemon run`` process on a real repository
+(:mod:`bench.daemonproc`):
 
 * latency: a task.md saved (written in place) into an existing directory, until the
   agent's first provider request reaches a local HTTP server that speaks the Messages
@@ -12,15 +14,17 @@ Every number comes from a real ``jpfs daemon run`` process on a real repository:
   event and its commit. Baseline in the same run: a bare watchdog observer's time from
   the same write to its event callback. Also shown: a task.md written right after
   ``mkdir`` (no close event seen, so the edit waits ``daemon.settle``).
-* throughput: N conversations (default 50) saved at once, until all are idle, with a
-  zero-latency scripted agent (jpfs overhead only; baseline: the same conversations
-  run one after another in one process with ``jpfs.services.query``) and with a 200 ms scripted
-  model turn (what concurrency buys: ``daemon.max_agents`` runs at once).
-* memory: the daemon's RSS once ready on a tree of N idle conversations (default
-  10,000), against a daemon on an empty tree; and the scans: the first start (ready, then
-  caught up: reads every conversation), a restart (reads only what changed since), a
-  full rescan
-  (SIGHUP) and a periodic one (stats only for unchanged conversations).
+* burst: N tasks (default 60) saved at once into one daemon with ``daemon.max_agents``
+  = 4 (``--agents``), until all are idle, against the same N saved one at a time (each
+  saved once the previous one is idle) through the same daemon, interleaved round by
+  round (``--rounds``). Target (issue "Scale"): burst / one at a time <= 0.5, 0.25
+  ideal. The agent's model turn takes ``--turn`` seconds (default 0.2, a scripted
+  delay: what concurrency can overlap); the same with a zero-latency agent shows what
+  jpfs itself costs per conversation (CPU-bound: 4 agents cannot beat 2 cores).
+* start: ``jpfs daemon run`` to ready (and to caught up) at 100 conversations and at
+  N (default 10,000), a first start (no ``daemon-seen.json``) and a restart, the sizes
+  interleaved round by round. Target: ready at N / ready at 100 <= 3. Then, at N: the
+  daemon's RSS once ready, a full rescan (SIGHUP) and a periodic one.
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -28,17 +32,11 @@ Every number comes from a real ``jpfs daemon run`` process on a real repository:
 from __future__ import annotations
 
 import argparse
-import http.server
-import json
 import os
-import re
-import signal
-import subprocess
+import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,169 +57,16 @@ from bench.common import (
     temp_dir,
     use_bytecode_cache,
 )
-
-HTTP_AGENT = """\
-model = "bench-model"
-provider = "anthropic"
-[onboarding]
-enabled = false
-"""
-
-ZERO_AGENT = """\
-model = "script-zero"
-provider = "script"
-[onboarding]
-enabled = false
-[[script.turns]]
-text = "ok"
-"""
-
-SLOW_AGENT = ZERO_AGENT.replace('text = "ok"', 'text = "ok"\ndelay = 0.2')
-_CONV_RE = re.compile(r"you are conversation `([^`]+)`")
-
-
-# -- a Messages API that records when each conversation's first request arrives --------
-
-
-class Arrivals:
-    def __init__(self) -> None:
-        self.first: dict[str, float] = {}
-        self.cond = threading.Condition()
-
-    def record(self, conv_id: str) -> None:
-        with self.cond:
-            self.first.setdefault(conv_id, time.time())
-            self.cond.notify_all()
-
-    def wait(self, conv_id: str, timeout: float = 30.0) -> float:
-        with self.cond:
-            if not self.cond.wait_for(lambda: conv_id in self.first, timeout):
-                raise RuntimeError(f"no provider request for {conv_id} within {timeout}s")
-            return self.first[conv_id]
-
-
-@contextmanager
-def messages_api(arrivals: Arrivals) -> Iterator[str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            system = body.get("system") or ""
-            text = system if isinstance(system, str) else json.dumps(system)
-            m = _CONV_RE.search(text)
-            if m:
-                arrivals.record(m.group(1))
-            reply = json.dumps(
-                {
-                    "id": "msg_bench", "type": "message", "role": "assistant",
-                    "model": body.get("model", ""), "stop_reason": "end_turn",
-                    "stop_sequence": None, "content": [{"type": "text", "text": "ok"}],
-                    "usage": {"input_tokens": 10, "output_tokens": 1},
-                }
-            ).encode()  # fmt: skip
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-# -- the daemon process ---------------------------------------------------------------------
-
-
-class Daemon:
-    def __init__(self, ws: Path, env: dict[str, str] | None = None) -> None:
-        self.ws = ws
-        out = (ws / ".jpfs" / "local" / "bench-daemon.out").open("ab")
-        started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jpfs", "daemon", "run", "--detached"],
-            cwd=ws, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-        )  # fmt: skip
-        out.close()
-        self.wait(lambda s: s.get("pid") == self.proc.pid and s.get("ready"), 600, "ready")
-        self.startup = time.monotonic() - started
-        # Ready once watching; the catch-up (recovery, first scan) follows: time it too,
-        # and let it finish before anything else is measured.
-        self.wait(lambda s: s.get("catching_up") is False, 600, "caught up")
-        self.caught_up = time.monotonic() - started
-
-    def status(self) -> dict[str, Any]:
-        try:
-            data = json.loads((self.ws / ".jpfs/local/daemon.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def wait(self, predicate: Any, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        pause = threading.Event()
-        while not predicate(self.status()):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited ({self.proc.returncode}) waiting for {what}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"daemon not {what} after {timeout}s")
-            pause.wait(0.005)
-
-    def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def rescan_seconds(self) -> float:
-        before = int(self.status().get("scans", 0))
-        started = time.monotonic()
-        self.proc.send_signal(signal.SIGHUP)
-        self.wait(lambda s: int(s.get("scans", 0)) > before, 600, "rescanned")
-        return time.monotonic() - started
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(120)
-
-
-def wait_idle(ws: Path, ids: list[str], timeout: float) -> None:
-    from jpfs.core import tree
-    from jpfs.core.conversation import Conversation
-
-    deadline = time.monotonic() + timeout
-    pending = list(ids)
-    pause = threading.Event()
-    while pending:
-        pending = [
-            c
-            for c in pending
-            if str(tree.state_of(Conversation(ws / "conversations", c))) != "idle"
-        ]
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{len(pending)} conversation(s) not idle after {timeout}s")
-        if pending:
-            pause.wait(0.01)
-
-
-def save(path: Path, text: str) -> float:
-    """Write in place, as most editors save; returns the time just before the write."""
-    t0 = time.time()
-    with path.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-    return t0
-
+from bench.daemonproc import (
+    HTTP_AGENT,
+    ZERO_AGENT,
+    Arrivals,
+    Daemon,
+    messages_api,
+    save,
+    slow_agent,
+    wait_idle,
+)
 
 # -- measurements -----------------------------------------------------------------------------
 
@@ -300,172 +145,239 @@ def latency(base: Path, tasks: int, new_dir_tasks: int) -> dict[str, Stats]:
     return out
 
 
-def throughput(base: Path, n: int, agent: str, text: str, max_agents: int) -> float:
-    ws = make_workspace(base / f"throughput-{agent}-{max_agents}")
-    add_profile(ws, agent, text)
+def burst_workspace(base: Path, name: str, text: str, agents: int, ids: list[str]) -> Path:
+    """A workspace whose default agent is ``text``, ``agents`` runs at once, and the
+    directories of ``ids`` made before the daemon starts: the tasks are then saved into
+    existing directories, as in the latency bench."""
+    ws = make_workspace(base / f"burst-{name}")
+    add_profile(ws, name, text)
     from jpfs.core.config import set_in_file
 
     config = ws / ".jpfs" / "config.toml"
-    set_in_file(config, "conversations.default_agent", f'"{agent}"')
-    set_in_file(config, "daemon.max_agents", str(max_agents))
+    set_in_file(config, "conversations.default_agent", f'"{name}"')
+    set_in_file(config, "daemon.max_agents", str(agents))
+    for conv_id in ids:
+        (ws / "conversations" / conv_id).mkdir()  # empty: nothing to commit
     git(ws, "add", "-A")
     git(ws, "commit", "-q", "-m", "bench setup")
-    ids = [f"job{i:03d}" for i in range(n)]
-    for conv_id in ids:
-        (ws / "conversations" / conv_id).mkdir()
+    return ws
+
+
+def burst_vs_serial(
+    base: Path, name: str, text: str, *, n: int, agents: int, rounds: int
+) -> dict[str, Any]:
+    """N tasks at once against the same N one at a time, one daemon, interleaved."""
+    ids = {
+        (kind, r): [f"{kind}{r}-{i:03d}" for i in range(n)]
+        for r in range(rounds)
+        for kind in ("burst", "serial")
+    }
+    ws = burst_workspace(base, name, text, agents, [c for group in ids.values() for c in group])
+    root = ws / "conversations"
+    samples: dict[str, list[float]] = {"burst": [], "serial": []}
     daemon = Daemon(ws)
     try:
-        started = time.monotonic()
-        for conv_id in ids:
-            save(ws / "conversations" / conv_id / "task.md", f"Job {conv_id}.\n")
-        wait_idle(ws, ids, 600)
-        return time.monotonic() - started
+        for r in range(rounds):
+            # Alternate which goes first: a slower second half of the run hits both.
+            for kind in ("burst", "serial") if r % 2 == 0 else ("serial", "burst"):
+                group = ids[(kind, r)]
+                started = time.monotonic()
+                if kind == "burst":
+                    for conv_id in group:
+                        save(root / conv_id / "task.md", f"Job {conv_id}.\n")
+                    wait_idle(ws, group, 600)
+                else:
+                    for conv_id in group:
+                        save(root / conv_id / "task.md", f"Job {conv_id}.\n")
+                        wait_idle(ws, [conv_id], 600)
+                samples[kind].append(time.monotonic() - started)
     finally:
         daemon.stop()
+    burst, serial = statistics.median(samples["burst"]), statistics.median(samples["serial"])
+    return {
+        "tasks": n,
+        "agents": agents,
+        "rounds": rounds,
+        "burst_s": burst,
+        "serial_s": serial,
+        "ratio": burst / serial,
+        "burst_samples_s": samples["burst"],
+        "serial_samples_s": samples["serial"],
+    }
 
 
-def sequential_in_process(base: Path, n: int) -> float:
-    from jpfs.core.workspace import open_workspace
-    from jpfs.services.query import query
+def starts(base: Path, sizes: list[int], rounds: int) -> dict[str, Any]:
+    """First start and restart, to ready and to caught up, at each size, interleaved;
+    then RSS and scans at the largest."""
+    workspaces = {}
+    for n in sizes:
+        ws = make_workspace(base / f"start-{n}")
+        populate(ws, n, events=2)
+        from jpfs.core.config import set_in_file
 
-    ws_root = make_workspace(base / "sequential")
-    add_profile(ws_root, "zero", ZERO_AGENT)
-    ws = open_workspace(ws_root, search=False)
-    started = time.monotonic()
-    for i in range(n):
-        query(ws, f"Job {i}.", conv_id=None, segment=f"job{i:03d}", agent="zero")
-    return time.monotonic() - started
-
-
-def memory(base: Path, conversations: int) -> dict[str, float]:
-    empty = make_workspace(base / "mem-empty")
-    daemon = Daemon(empty)
-    empty_rss = daemon.rss_mb()
-    daemon.stop()
-    ws = make_workspace(base / "mem-tree")
-    tree = populate(ws, conversations, events=2)
-    from jpfs.core.config import set_in_file
-
-    set_in_file(ws / ".jpfs" / "config.toml", "daemon.scan_interval", "2")
-    daemon = Daemon(ws)  # first start: reads every conversation
+        set_in_file(ws / ".jpfs" / "config.toml", "daemon.scan_interval", "2")
+        workspaces[n] = ws
+    keys = ("first_ready", "first_caught_up", "restart_ready", "restart_caught_up")
+    samples: dict[int, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in sizes}
+    for r in range(rounds):
+        for n in sizes if r % 2 == 0 else list(reversed(sizes)):
+            ws = workspaces[n]
+            # A first start: no memory of what an earlier daemon saw.
+            (ws / ".jpfs" / "local" / "daemon-seen.json").unlink(missing_ok=True)
+            daemon = Daemon(ws)
+            samples[n]["first_ready"].append(daemon.startup)
+            samples[n]["first_caught_up"].append(daemon.caught_up)
+            daemon.stop()
+            daemon = Daemon(ws)
+            samples[n]["restart_ready"].append(daemon.startup)
+            samples[n]["restart_caught_up"].append(daemon.caught_up)
+            daemon.stop()
+    out: dict[str, Any] = {
+        "rounds": rounds,
+        "sizes": {str(n): {k: statistics.median(v) for k, v in samples[n].items()} for n in sizes},
+        "samples": {str(n): samples[n] for n in sizes},
+    }
+    big = workspaces[sizes[-1]]
+    daemon = Daemon(big)
     try:
-        first_start, first_caught_up = daemon.startup, daemon.caught_up
-        rss = daemon.rss_mb()
-        full_rescan = daemon.rescan_seconds()  # SIGHUP: reads every conversation again
+        out["rss_mb"] = daemon.rss_mb()
+        out["full_rescan_s"] = daemon.rescan_seconds()  # SIGHUP: reads every conversation
         scans = int(daemon.status().get("scans", 0))
         daemon.wait(lambda s: int(s.get("scans", 0)) > scans, 600, "scanned")
-        periodic = float(daemon.status().get("last_scan_s", float("nan")))
-        rss_after = daemon.rss_mb()
+        out["periodic_scan_s"] = float(daemon.status().get("last_scan_s", float("nan")))
     finally:
         daemon.stop()
-    daemon = Daemon(ws)  # a restart: reads only what changed while it was down
-    restart, restart_caught_up = daemon.startup, daemon.caught_up
+    empty = make_workspace(base / "start-empty")
+    daemon = Daemon(empty)
+    out["empty_rss_mb"] = daemon.rss_mb()
     daemon.stop()
-    return {
-        "conversations": conversations,
-        "files": tree.files,
-        "empty_rss_mb": empty_rss,
-        "rss_mb": rss,
-        "rss_after_scans_mb": rss_after,
-        "first_start_s": first_start,
-        "restart_s": restart,
-        "first_caught_up_s": first_caught_up,
-        "restart_caught_up_s": restart_caught_up,
-        "full_rescan_s": full_rescan,
-        "periodic_scan_s": periodic,
-    }
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--tasks", type=int, default=None, help="latency samples (200)")
-    parser.add_argument("--burst", type=int, default=50, help="conversations at once (50)")
-    parser.add_argument("--tree", type=int, default=None, help="conversations for memory")
+    parser.add_argument("--burst", type=int, default=60, help="tasks in a burst (60)")
+    parser.add_argument("--agents", type=int, default=4, help="daemon.max_agents (4)")
+    parser.add_argument("--turn", type=float, default=0.2, help="model turn, seconds (0.2)")
+    parser.add_argument("--rounds", type=int, default=None, help="burst/start rounds (3)")
+    parser.add_argument("--tree", type=int, default=None, help="largest start size (10,000)")
+    parser.add_argument("--only", default="latency,burst,start", help="parts to run")
     args = parser.parse_args(argv)
     tasks = args.tasks or (50 if args.quick else 200)
     tree_size = args.tree or (2000 if args.quick else 10_000)
+    rounds = args.rounds or (1 if args.quick else 3)
+    parts = set(args.only.split(","))
     pin_environment()
     print_machine()
     results: dict[str, Any] = {}
     with temp_dir("jpfs-bench-daemon-") as base:
         use_bytecode_cache(base / "pycache")
-        floor = bare_watchdog(base / "bare", tasks)
-        lat = latency(base, tasks, new_dir_tasks=max(10, tasks // 10))
-        rows = [
-            ["bare watchdog: write -> event", ms(floor.p50), ms(floor.p99), "1.0x"],
-            [
-                "daemon: task.md saved -> provider request",
-                ms(lat["existing_dir"].p50),
-                ms(lat["existing_dir"].p99),
-                ratio(lat["existing_dir"].p50, floor.p50),
-            ],
-            [
-                "  same, written right after mkdir (settle)",
-                ms(lat["new_dir"].p50),
-                ms(lat["new_dir"].p99),
-                ratio(lat["new_dir"].p50, floor.p50),
-            ],
-        ]
-        print_table(f"reaction latency ({tasks} tasks)", ["path", "p50", "p99", "vs bare"], rows)
-        results["latency"] = {
-            "bare_watchdog": floor.to_json(),
-            "task_saved_to_request": lat["existing_dir"].to_json(),
-            "task_after_mkdir_to_request": lat["new_dir"].to_json(),
-            "target": {"p50_s": 0.1, "p99_s": 0.5},
-        }
-
-        n = args.burst
-        seq = sequential_in_process(base, n)
-        zero4 = throughput(base, n, "zero", ZERO_AGENT, 4)
-        slow8 = throughput(base, n, "slow", SLOW_AGENT, 8)
-        rows = [
-            ["in-process jpfs.services.query, one after another", f"{seq:.2f}s", f"{n / seq:.1f}", "1.0x"],
-            ["daemon, zero-latency agent, max_agents=4", f"{zero4:.2f}s", f"{n / zero4:.1f}",
-             ratio(zero4, seq)],
-            ["daemon, 200 ms model turn, max_agents=8", f"{slow8:.2f}s", f"{n / slow8:.1f}",
-             f"ideal {n * 0.2 / 8:.2f}s"],
-        ]  # fmt: skip
-        print_table(
-            f"throughput ({n} conversations saved at once)",
-            ["run", "wall", "conv/s", "vs in-process"],
-            rows,
-        )
-        results["throughput"] = {
-            "conversations": n,
-            "sequential_in_process_s": seq,
-            "daemon_zero_agents4_s": zero4,
-            "daemon_200ms_agents8_s": slow8,
-        }
-
-        mem = memory(base, tree_size)
-        rows = [
-            ["empty tree", f"{mem['empty_rss_mb']:.1f} MB", "", "", "", "", "1.0x"],
-            [
-                f"{tree_size} conversations",
-                f"{mem['rss_mb']:.1f} MB",
-                f"{mem['first_start_s']:.2f}s ({mem['first_caught_up_s']:.2f}s)",
-                f"{mem['restart_s']:.2f}s ({mem['restart_caught_up_s']:.2f}s)",
-                f"{mem['full_rescan_s']:.2f}s",
-                f"{mem['periodic_scan_s']:.2f}s",
-                ratio(mem["rss_mb"], mem["empty_rss_mb"]),
-            ],
-        ]
-        print_table(
-            "daemon memory and scans",
-            [
-                "tree",
-                "RSS ready",
-                "1st start: ready (caught up)",
-                "restart: ready (caught up)",
-                "full scan",
-                "periodic",
-                "vs empty",
-            ],
-            rows,
-        )
-        results["memory"] = mem
+        if "latency" in parts:
+            results["latency"] = run_latency(base, tasks)
+        if "burst" in parts:
+            results["burst"] = run_bursts(base, args.burst, args.agents, args.turn, rounds)
+        if "start" in parts:
+            results["start"] = run_starts(base, [100, tree_size], rounds)
     return results
+
+
+def run_latency(base: Path, tasks: int) -> dict[str, Any]:
+    floor = bare_watchdog(base / "bare", tasks)
+    lat = latency(base, tasks, new_dir_tasks=max(10, tasks // 10))
+    rows = [
+        ["bare watchdog: write -> event", ms(floor.p50), ms(floor.p99), "1.0x"],
+        [
+            "daemon: task.md saved -> provider request",
+            ms(lat["existing_dir"].p50),
+            ms(lat["existing_dir"].p99),
+            ratio(lat["existing_dir"].p50, floor.p50),
+        ],
+        [
+            "  same, written right after mkdir (settle)",
+            ms(lat["new_dir"].p50),
+            ms(lat["new_dir"].p99),
+            ratio(lat["new_dir"].p50, floor.p50),
+        ],
+    ]
+    print_table(f"reaction latency ({tasks} tasks)", ["path", "p50", "p99", "vs bare"], rows)
+    return {
+        "bare_watchdog": floor.to_json(),
+        "task_saved_to_request": lat["existing_dir"].to_json(),
+        "task_after_mkdir_to_request": lat["new_dir"].to_json(),
+        "target": {"p50_s": 0.1, "p99_s": 0.5},
+    }
+
+
+def run_bursts(base: Path, n: int, agents: int, turn: float, rounds: int) -> dict[str, Any]:
+    slow = burst_vs_serial(base, "slow", slow_agent(turn), n=n, agents=agents, rounds=rounds)
+    zero = burst_vs_serial(base, "zero", ZERO_AGENT, n=n, agents=agents, rounds=rounds)
+    ideal = n * turn / agents
+    rows = [
+        [
+            f"model turn {turn * 1000:.0f} ms",
+            f"{slow['serial_s']:.2f}s",
+            f"{slow['burst_s']:.2f}s",
+            f"{slow['ratio']:.2f}",
+            f"{ideal:.2f}s ({ideal / slow['serial_s']:.2f})",
+        ],
+        [
+            "zero-latency agent",
+            f"{zero['serial_s']:.2f}s",
+            f"{zero['burst_s']:.2f}s",
+            f"{zero['ratio']:.2f}",
+            "",
+        ],
+    ]
+    print_table(
+        f"burst: {n} tasks at once vs one at a time, one daemon, max_agents={agents}"
+        f" (medians of {rounds}; target burst/one-at-a-time <= 0.5, 0.25 ideal)",
+        ["agent", "one at a time", "burst", "burst / one at a time", "ideal burst"],
+        rows,
+    )
+    return {"turn_s": turn, "slow": slow, "zero": zero, "ideal_burst_s": ideal}
+
+
+def run_starts(base: Path, sizes: list[int], rounds: int) -> dict[str, Any]:
+    st = starts(base, sizes, rounds)
+    small = st["sizes"][str(sizes[0])]
+    rows = []
+    for n in sizes:
+        s = st["sizes"][str(n)]
+        rows.append(
+            [
+                f"{n:,}",
+                f"{s['first_ready']:.2f}s ({s['first_caught_up']:.2f}s)",
+                ratio(s["first_ready"], small["first_ready"]),
+                f"{s['restart_ready']:.2f}s ({s['restart_caught_up']:.2f}s)",
+                ratio(s["restart_ready"], small["restart_ready"]),
+            ]
+        )
+    print_table(
+        f"daemon start (medians of {rounds}; target ready at {sizes[-1]:,} / at {sizes[0]:,} <= 3)",
+        [
+            "conversations",
+            "1st start: ready (caught up)",
+            "vs smallest",
+            "restart: ready (caught up)",
+            "vs smallest",
+        ],
+        rows,
+    )
+    print_table(
+        f"daemon at {sizes[-1]:,} conversations",
+        ["RSS ready", "empty tree RSS", "full scan", "periodic scan"],
+        [
+            [
+                f"{st['rss_mb']:.1f} MB",
+                f"{st['empty_rss_mb']:.1f} MB",
+                f"{st['full_rescan_s']:.2f}s",
+                f"{st['periodic_scan_s']:.2f}s",
+            ]
+        ],
+    )
+    return st
 
 
 if __name__ == "__main__":
