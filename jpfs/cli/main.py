@@ -22,6 +22,7 @@ from jpfs.cli.commands import mcp as mcp_cmd
 from jpfs.cli.commands import migrate as migrate_cmd
 from jpfs.cli.commands import onboard as onboard_cmd
 from jpfs.cli.commands import query as query_cmd
+from jpfs.cli.commands import sync as sync_cmd
 from jpfs.cli.commands import tree as tree_cmd
 from jpfs.cli.commands import trust as trust_cmd
 from jpfs.cli.context import state
@@ -88,6 +89,7 @@ tree_cmd.register(app)
 mail_cmd.register(app)
 lifecycle_cmd.register(app)
 trust_cmd.register(app)
+sync_cmd.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

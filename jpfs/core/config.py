@@ -48,6 +48,10 @@ SCHEMA: dict[str, Key] = {
     "daemon.log_backups": Key(int, 3, "rotated daemon logs kept (daemon.log.1, ...)"),
     "git.maintenance_every": Key(int, 500, "commits between background git gc/commit-graph"),
     "query.lock_wait": Key((int, float), 0.0, "seconds jpfs query waits for a busy conversation"),
+    "sync.remote": Key(str, "", "git remote that shares the record between machines (empty: none)"),
+    "sync.interval": Key((int, float), 2.0, "seconds between the daemon's fetch/push cycles"),
+    "sync.lease": Key((int, float), 30.0, "seconds a lease lasts without renewal"),
+    "sync.machine": Key(str, "", "this clone's name in leases and trailers (default: host-path)"),
 }
 
 CONFIG_FILE = "config.toml"

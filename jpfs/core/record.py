@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import socket
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -10,6 +12,16 @@ from jpfs.infra.committer import Change, Identity
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
     from jpfs.infra.providers.base import Usage
+
+
+def machine_name(ws: Workspace) -> str:
+    """``sync.machine``, or the host name plus a digest of the workspace path (two
+    clones on one host are two machines)."""
+    name = str(ws.config["sync.machine"] or "")
+    if name:
+        return name
+    digest = hashlib.sha1(str(ws.root).encode()).hexdigest()[:6]
+    return f"{socket.gethostname()}-{digest}"
 
 
 def agent_identity(agent: str) -> Identity:
@@ -38,6 +50,9 @@ def change(
         trailers.append(("Jpfs-Model", model))
     if usage is not None and (usage.input_tokens or usage.output_tokens):
         trailers.append(("Jpfs-Usage", usage.trailer()))
+    if ws.config["sync.remote"]:
+        # Several machines share this record: say which one made the change.
+        trailers.append(("Jpfs-Machine", machine_name(ws)))
     subject = f"jpfs({conv_id}): {event}" + (f" {note}" if note else "")
     return Change(paths=tuple(rel), subject=subject, trailers=tuple(trailers), author=author)
 

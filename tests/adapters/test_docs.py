@@ -1361,6 +1361,38 @@ def record_push(block: Block, env: Env) -> None:
     )
 
 
+# --- protocol/sync.md -------------------------------------------------------------------
+
+
+def sync_turn_on(block: Block, env: Env) -> None:
+    """Turning sharing on: the config reaches the remote on the project's branch, the
+    record on its own, and a fresh clone gets both."""
+    ws = workspace(env)
+    jpfs(ws, "conversation", "new", "refactor", "--no-activate")
+    remote = with_remote(env, ws)
+
+    def shared(sh: Shell, _d: Done) -> None:
+        assert git(remote, "rev-parse", "jpfs-record") == git(ws, "rev-parse", "jpfs-record")
+        config = git(remote, "show", "HEAD:.jpfs/config.toml")
+        assert re.search(r'^remote = "origin"$', config, re.M), config
+        clone = env.tmp / "laptop"
+        git(env.tmp, "clone", "-q", str(remote), str(clone))
+        (clone / "conversations").mkdir(exist_ok=True)
+        jpfs(clone, "sync")  # attaches the remote's record, nothing to push
+        assert (clone / "conversations" / "refactor" / "conversation.toml").is_file()
+
+    run_block(
+        block,
+        env.shell(ws),
+        [
+            ("jpfs config set sync.remote origin", Step()),
+            ("git add .jpfs/config.toml", Step(out=[r"share the record through origin"])),
+            ("git push origin HEAD", Step()),
+            ("jpfs sync", Step(out=[r"\A[0-9a-f]{40}\n\Z"], err=[r"pushed as "], after=shared)),
+        ],
+    )
+
+
 def record_migrate(block: Block, env: Env) -> None:
     """A workspace from before the record branch: conversations committed on main."""
     old = project(env.tmp / "old")
@@ -1448,6 +1480,7 @@ DOCS: list[Entry] = [
     Entry("protocol/record.md", "e1f91435", "git -C conversations log", record_reading),
     Entry("protocol/record.md", "5a9c9f6a", "git push origin", record_push),
     Entry("protocol/record.md", "0fcec3f8", "jpfs migrate", record_migrate),
+    Entry("protocol/sync.md", "4964a1f4", "jpfs config set sync.remote origin", sync_turn_on),
 ]
 REGISTRY = {e.key: e for e in DOCS}
 BLOCKS = blocks()

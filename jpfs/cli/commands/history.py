@@ -64,6 +64,9 @@ def _note(e: Entry) -> str:
     )
     if usage:
         parts.append(f"{usage.get('input', '0')}+{usage.get('output', '0')} tokens")
+    machine = e.trailers.get("Jpfs-Machine", "")
+    if machine:
+        parts.append(f"on {machine}")  # several machines share the record (sync.md)
     return " ".join(p for p in parts if p)
 
 

@@ -87,6 +87,9 @@ class Reconciler:
         self.fault_wait: dict[str, float] = {}  # repository fault: seconds until the next look
         self.seen = Seen()  # id -> (signature, need) at the last look
         self.head: edits.Head | None = None
+        # Peers share the record (sync.remote): adopting and recording an error are
+        # claimed like a run, so they happen in the pool, under the conversation's lease.
+        self.shared = False
         self.scans = 0
         self.last_scan_seconds = 0.0
         self.next_scan = time.monotonic() + scan_interval
@@ -202,8 +205,12 @@ class Reconciler:
             self.backoff.pop(item.conv_id, None)
             self.fault_wait.pop(item.conv_id, None)
             self.settling.forget(item.conv_id)
-            if item.verdict.need is Need.RUN:
+            if item.verdict.need in self.pooled:
                 self.pool.submit(item.conv_id)
+
+    @property
+    def pooled(self) -> tuple[Need, ...]:
+        return (Need.RUN, Need.ADOPT, Need.BROKEN) if self.shared else (Need.RUN,)
 
     def look_again_later(self, conv_id: str, exc: RepositoryFault) -> None:
         """The repository failed, not the conversation: say so, and look again after
@@ -249,7 +256,7 @@ class Reconciler:
         assert self.head is not None
         verdict = actions.needs(self.ws, conv)
         adopted = False
-        if verdict.need is Need.ADOPT:
+        if verdict.need is Need.ADOPT and not self.shared:
             try:
                 agent = actions.adopt(self.ws, conv, self.head.refresh())
                 log.info("%s: new conversation from task.md (agent %s)", conv.id, agent)
@@ -273,7 +280,7 @@ class Reconciler:
         # "adopt" again and leave the error unreported until the next periodic scan.
         if (item.conv_id in committed or item.adopted) and item.verdict.need is not Need.BROKEN:
             item.verdict = actions.needs(self.ws, item.conv)
-        if item.verdict.need is Need.BROKEN:
+        if item.verdict.need is Need.BROKEN and not self.shared:
             log.warning("%s: %s", item.conv_id, item.verdict.reason)
             self.on_error(f"{item.conv_id}: {item.verdict.reason}")
             actions.record_failure(self.ws, item.conv, item.verdict.reason)

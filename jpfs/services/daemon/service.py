@@ -14,6 +14,7 @@ The main thread runs the reconciler loop; signals only set events it checks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.handlers
 import os
@@ -36,6 +37,7 @@ from jpfs.services.daemon import actions, process, queryserver, recovery
 from jpfs.services.daemon.actions import DaemonRunner, Need
 from jpfs.services.daemon.pool import Job, Pool
 from jpfs.services.daemon.reconciler import Reconciler
+from jpfs.services.daemon.shared import SharedRecord
 from jpfs.services.daemon.watcher import watch
 
 log = logging.getLogger("jpfs.services.daemon")
@@ -56,7 +58,16 @@ class Stats:
 
 
 # Keys a running daemon cannot change under itself; a change waits for the next start.
-RESTART_KEYS = ("conversations.root", "record.branch", "daemon.log_max_bytes", "daemon.log_backups")
+RESTART_KEYS = (
+    "conversations.root",
+    "record.branch",
+    "daemon.log_max_bytes",
+    "daemon.log_backups",
+    "sync.remote",
+    "sync.interval",
+    "sync.lease",
+    "sync.machine",
+)
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
@@ -99,6 +110,7 @@ class Daemon:
         self._last_key = ""
         self.catching_up = False  # ready, still looking at what changed while stopped
         self.queries: queryserver.QueryServer | None = None  # `jpfs query` handed over
+        self.shared: SharedRecord | None = None  # sync.remote set: peers share the record
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -119,6 +131,8 @@ class Daemon:
                     self.ready.set()
                     self.write_status(force=True)
                     log.info("daemon ready in %s", self.ws.conv_root)
+                    if self.shared is not None:
+                        self.shared.start()
                     self.catch_up(watched_since)
                     self.reconciler.loop(self.stop, self.tick)
                 finally:
@@ -131,6 +145,11 @@ class Daemon:
 
     def prepare(self) -> None:
         self.ws.ensure_record()
+        if self.ws.config["sync.remote"]:
+            self.shared = SharedRecord(
+                self.ws, self.pool, look_again_in=self.look_again_in, fail=self.fail
+            )
+            self.reconciler.shared = True
         from jpfs.services import background
 
         background.set_starter(self.ws.root, self.start_in_pool)
@@ -216,6 +235,8 @@ class Daemon:
             self.queries.close(self.force)
         if self._watcher is not None:
             self._watcher.join()
+        if self.shared is not None:
+            self.shared.stop()  # pushes the last results and gives their leases back
         self.reconciler.close()
         self.ws.committer.close()
 
@@ -231,8 +252,13 @@ class Daemon:
         job.info["runner"] = runner
         conv = Conversation(self.ws.conv_root, job.conv_id)
         try:
-            with locks.conversation_lock(self.ws.local_dir, conv.id):
+            with (
+                locks.conversation_lock(self.ws.local_dir, conv.id),
+                contextlib.ExitStack() as held,
+            ):
                 verdict = actions.needs(self.ws, conv)
+                if self.shared is not None and verdict.need is not Need.NOTHING:
+                    verdict = self.shared.take(conv, verdict, held)
                 if verdict.need is not Need.RUN:
                     return
                 meta = conv.meta()
@@ -287,6 +313,9 @@ class Daemon:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         self.record_error(f"{conv.id}: {first} (trying again in {delay:g} s)")
         log.warning("%s: repository fault, trying again in %g s: %s", conv.id, delay, first)
+
+    def look_again_in(self, conv_id: str, seconds: float) -> None:
+        self._retry_after[conv_id] = seconds
 
     def on_run_done(self, conv_id: str) -> None:
         self.reconciler.run_done(conv_id, after=self._retry_after.pop(conv_id, 0.0))
@@ -386,6 +415,8 @@ class Daemon:
             "conversations": len(self.reconciler.seen),
             "last_error": self.stats.last_error,
         }
+        if self.shared is not None:
+            data["sync"] = self.shared.engine.status()
         key = repr({**data, "agents": [{**a, "elapsed": 0} for a in agents]})
         if not force and key == self._last_key and now - self._last_status < 2.0:
             return

@@ -1,0 +1,129 @@
+"""Talking to a git remote: fetch, and atomic compare-and-swap pushes.
+
+Everything multi-machine in jpfs rests on one property of ``git push --atomic`` with
+``--force-with-lease=REF:EXPECT`` per ref: the receiving side updates every ref in one
+transaction, each only if it still holds the value we expect (an empty expectation
+means "must not exist"), or none at all. That is the compare-and-swap a lease needs,
+served by any git host, with no server of our own.
+
+Output is read from ``--porcelain`` (stable across git versions), one status per ref.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from jpfs.errors import GitError
+from jpfs.infra import gitcli
+
+ZERO = "0" * 40
+# Never prompt for credentials or host keys: a daemon has no terminal to ask on.
+_QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
+
+
+@dataclass(frozen=True)
+class Update:
+    """Set ``ref`` on the remote to ``new`` (None: delete) if it holds ``expect``
+    (None: must not exist)."""
+
+    ref: str
+    new: str | None
+    expect: str | None
+    source: str = ""  # the local object or ref pushed; defaults to ``new``
+
+
+@dataclass(frozen=True)
+class PushResult:
+    ok: bool
+    # ref -> (flag, summary) as printed by --porcelain: "*" new, " " fast-forward, "+"
+    # forced, "-" deleted, "=" up to date, "!" rejected.
+    refs: dict[str, tuple[str, str]]
+    message: str = ""
+
+    def rejected(self) -> dict[str, str]:
+        """Refs the push did not update, with git's reason. With ``--atomic`` every ref
+        of a failed push is listed, the innocent ones as "atomic push failed" (checked
+        here) or "atomic transaction failed" (checked on the remote): ask the remote
+        which values it holds rather than guess from these."""
+        return {ref: summary for ref, (flag, summary) in self.refs.items() if flag == "!"}
+
+
+def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, **_QUIET_ENV, **(extra or {})}
+
+
+def check_remote(repo: Path, remote: str) -> str:
+    """The remote's URL; a clear error when it is not configured."""
+    proc = gitcli.run(repo, ["remote", "get-url", remote], check=False)
+    url = proc.stdout.strip()
+    if proc.returncode != 0 or not url:
+        raise GitError(
+            f"sync.remote is {remote!r}, but this repository has no such remote"
+            f" (see `git remote -v`; add it with `git remote add {remote} URL`)"
+        )
+    return url
+
+
+def fetch(repo: Path, remote: str, refspecs: Sequence[str], *, prune: bool = True) -> None:
+    """``git fetch`` the given refspecs (forced, so a rewound remote ref is followed)."""
+    args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules"]
+    if prune:
+        args.append("--prune")
+    gitcli.run(repo, [*args, remote, *refspecs], env=_env())
+
+
+def push(repo: Path, remote: str, updates: Sequence[Update]) -> PushResult:
+    """Push ``updates`` in one atomic transaction, each guarded by its expectation."""
+    if not updates:
+        return PushResult(True, {})
+    args = ["push", "--porcelain", "--atomic", "--quiet", "--no-verify"]
+    specs: list[str] = []
+    for up in updates:
+        args.append(f"--force-with-lease={up.ref}:{up.expect or ''}")
+        source = up.source or up.new or ""
+        specs.append(f"{source}:{up.ref}" if up.new is not None else f":{up.ref}")
+    proc = gitcli.run(repo, [*args, remote, *specs], check=False, env=_env())
+    refs = _parse_porcelain(proc.stdout)
+    if proc.returncode != 0 and not refs:
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        raise GitError(f"git push to {remote} failed: {err[-1] if err else proc.returncode}")
+    ok = proc.returncode == 0 and all(flag != "!" for flag, _ in refs.values())
+    return PushResult(ok, refs, proc.stderr.strip())
+
+
+def _parse_porcelain(text: str) -> dict[str, tuple[str, str]]:
+    refs: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        # "<flag>\t<from>:<to>\t<summary> (<reason>)"
+        parts = line.split("\t")
+        if len(parts) < 3 or len(parts[0]) != 1:
+            continue
+        _, _, to = parts[1].rpartition(":")
+        refs[to] = (parts[0], parts[2])
+    return refs
+
+
+def list_refs(repo: Path, pattern: str) -> dict[str, str]:
+    """Local refs matching ``pattern`` (``for-each-ref`` syntax): name -> object id."""
+    out = gitcli.run(repo, ["for-each-ref", "--format=%(objectname) %(refname)", pattern]).stdout
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        oid, _, name = line.partition(" ")
+        if name:
+            found[name] = oid
+    return found
+
+
+def resolve(repo: Path, ref: str) -> str | None:
+    proc = gitcli.run(repo, ["rev-parse", "--verify", "-q", f"{ref}^{{commit}}"], check=False)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    proc = gitcli.run(repo, ["merge-base", "--is-ancestor", older, newer], check=False, ok=(0, 1))
+    if proc.returncode not in (0, 1):
+        raise GitError(f"git merge-base failed: {proc.stderr.strip()}")
+    return proc.returncode == 0

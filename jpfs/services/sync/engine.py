@@ -1,0 +1,358 @@
+"""Sharing the record through a git remote: fetch, integrate, push, and leases.
+
+One :class:`SyncEngine` per process and workspace. A cycle (``sync_once``) fetches the
+remote's record branch and leases, takes their record into ours
+(:mod:`jpfs.services.sync.record`), and pushes ours back in one atomic push that also
+renews every lease we hold and deletes the ones we are done with: so a result and the
+release of its lease reach the remote together, and a push made after our lease was
+taken over fails as a whole (its late turn never lands; see protocol/sync.md).
+
+The daemon runs cycles on a thread (every ``sync.interval`` seconds, or at once when a
+run ends) and asks :meth:`claim` before it acts on a conversation; ``jpfs sync`` runs
+one cycle by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jpfs.core.record import machine_name
+from jpfs.core.workspace import Workspace
+from jpfs.errors import GitError, JpfsError
+from jpfs.infra import gitcli, gitremote
+from jpfs.infra.gitremote import Update
+from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
+from jpfs.services.sync.record import Integration, integrate
+
+log = logging.getLogger("jpfs.services.sync")
+
+_PUSH_ATTEMPTS = 4
+
+
+@dataclass
+class SyncStats:
+    fetches: int = 0
+    pushes: int = 0
+    merges: int = 0
+    claims_won: int = 0
+    claims_lost: int = 0
+    takeovers: int = 0
+    forfeits: int = 0
+    last_fetch: float = 0.0  # wall clock, for status
+    last_push: float = 0.0
+    last_error: str = ""
+    conflicts: list[str] = field(default_factory=list)
+    peers: dict[str, int] = field(default_factory=dict)  # machine -> leases held
+
+
+class SyncEngine:
+    def __init__(
+        self,
+        ws: Workspace,
+        *,
+        incarnation: str | None = None,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
+        self.ws = ws
+        self.remote = str(ws.config["sync.remote"])
+        self.interval = float(ws.config["sync.interval"])
+        self.machine = machine_name(ws)
+        self.incarnation = incarnation or new_incarnation()
+        self.branch = ws.record_branch
+        self.repo = ws.root
+        gitremote.check_remote(self.repo, self.remote)
+        self.track_record = f"refs/jpfs/sync/{self.remote}/record"
+        self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
+        self.book = LeaseBook(
+            self.repo, self.machine, self.incarnation, float(ws.config["sync.lease"])
+        )
+        self.stats = SyncStats()
+        self.on_lost = on_lost or (lambda conv_id: None)
+        self.wake = threading.Event()
+        self._cycle = threading.RLock()  # one fetch-integrate-push at a time in this process
+
+    # -- one cycle ---------------------------------------------------------------------------
+    def sync_once(self, *, push: bool = True) -> Integration:
+        """Fetch, integrate, push (retrying when a peer pushed in between)."""
+        with self._cycle:
+            outcome = self.pull()
+            if not push:
+                return outcome
+            for _attempt in range(_PUSH_ATTEMPTS):
+                if self.push(record=outcome.kind != "busy"):
+                    return outcome
+                outcome = self.pull()
+            raise GitError(
+                f"could not push the record to {self.remote}: peers kept pushing first;"
+                " it is tried again at the next cycle"
+            )
+
+    def pull(self) -> Integration:
+        with self._cycle:
+            self.fetch()
+            theirs = gitremote.resolve(self.repo, self.track_record)
+            if theirs is None:
+                return Integration("up-to-date")  # the remote has no record yet: our push makes it
+            forfeit = sorted(self.book.forfeited)
+            prefixes = [f"{cid}/" for cid in forfeit]
+            outcome = integrate(
+                self.ws.conv_root,
+                self.branch,
+                theirs,
+                remote=self.remote,
+                forfeit=prefixes,
+            )
+            if outcome.kind == "merge":
+                self.stats.merges += 1
+            if outcome.kind in ("merge", "fast-forward", "up-to-date"):
+                self.book.forfeited.difference_update(forfeit)
+            if outcome.conflicts:
+                self.stats.conflicts = (self.stats.conflicts + outcome.conflicts)[-20:]
+                log.warning(
+                    "sync: a file changed on both sides; theirs is kept beside ours as %s",
+                    ", ".join(outcome.conflicts),
+                )
+            if outcome.kind == "busy":
+                log.info(
+                    "sync: the record is busy here (%s); merging at the next cycle", outcome.reason
+                )
+            return outcome
+
+    def fetch(self) -> dict[str, str]:
+        """Fetch the remote's record and leases; returns its leases (ref -> value)."""
+        specs = [
+            f"+refs/heads/{self.branch}:{self.track_record}",
+            f"+{LEASE_NS}*:{self.track_leases}*",
+        ]
+        try:
+            gitremote.fetch(self.repo, self.remote, specs)
+        except GitError as exc:
+            if "couldn't find remote ref" not in str(exc):
+                raise
+            gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
+        self.stats.fetches += 1
+        self.stats.last_fetch = time.time()
+        listed = gitcli.run(
+            self.repo,
+            [
+                "for-each-ref",
+                "--format=%(objectname) %(refname) %(trailers:key=Jpfs-Machine,valueonly,separator=)",
+                self.track_leases,
+            ],
+        ).stdout
+        remote: dict[str, str] = {}
+        peers: dict[str, int] = {}
+        for line in listed.splitlines():
+            oid, _, rest = line.partition(" ")
+            ref, _, holder = rest.partition(" ")
+            remote[LEASE_NS + ref.removeprefix(self.track_leases)] = oid
+            if holder.strip():
+                peers[holder.strip()] = peers.get(holder.strip(), 0) + 1
+        self.book.observe(remote)
+        self.stats.peers = peers
+        return remote
+
+    def push(self, *, record: bool = True) -> bool:
+        """One atomic push of the record and our leases; False: pull and try again.
+
+        ``record=False`` (ours could not be merged with theirs yet) pushes renewals only:
+        a lease is given back only together with the work done under it."""
+        with self._cycle:
+            # Which leases are done is read *before* the tip: a run marks its lease
+            # releasing after its last commit, so the tip read next contains that commit.
+            held = [(lease, lease.releasing) for lease in self.book.held()]
+            ours = gitremote.resolve(self.repo, f"refs/heads/{self.branch}")
+            theirs = gitremote.resolve(self.repo, self.track_record)
+            if record and ours is not None and theirs is not None and ours != theirs:
+                # Never force theirs away: push only what contains it.
+                record = gitremote.is_ancestor(self.repo, theirs, ours)
+            send = record and ours is not None and ours != theirs
+            updates = [Update(f"refs/heads/{self.branch}", ours, theirs)] if send and ours else []
+            renewing: dict[str, tuple[str, int]] = {}
+            releasing: list[str] = []
+            if send or self.book.due(time.monotonic()):
+                for lease, done in held:
+                    if done and record:
+                        releasing.append(lease.conv_id)
+                        updates.append(Update(lease.ref, None, lease.oid))
+                    else:
+                        oid, seq = self.book.make(lease.conv_id)
+                        renewing[lease.conv_id] = (oid, seq)
+                        updates.append(Update(lease.ref, oid, lease.oid))
+            if not updates:
+                return True
+            result = gitremote.push(self.repo, self.remote, updates)
+            if result.ok:
+                self.stats.pushes += 1
+                self.stats.last_push = time.time()
+                if send and ours is not None:
+                    gitcli.run(self.repo, ["update-ref", self.track_record, ours], check=False)
+                for conv_id, (oid, seq) in renewing.items():
+                    self.book.renewed(conv_id, oid, seq)
+                self.book.released(releasing)
+                return True
+            # Whatever the push said (a remote rejects every ref of a failed atomic
+            # push alike), a lease is lost exactly when the remote holds another value.
+            remote = self.fetch()
+            for lease, _ in held:
+                if remote.get(lease.ref) != lease.oid and self.book.get(lease.conv_id) is lease:
+                    self._lose(lease.conv_id, "another machine holds it now")
+            return False
+
+    def _lose(self, conv_id: str, why: str) -> None:
+        log.warning(
+            "sync: lease on %s lost (%s): our work on it since the last push is forfeit",
+            conv_id,
+            why,
+        )
+        self.stats.forfeits += 1
+        self.book.lost(conv_id)
+        self.on_lost(conv_id)
+
+    # -- leases ------------------------------------------------------------------------------
+    def claim(self, conv_id: str) -> bool:
+        """Take the lease on ``conv_id`` (or keep it); True: act on it, with the files
+        brought up to date first. False: another machine holds it."""
+        if self.book.holds(conv_id):
+            return True
+        ref = lease_ref(conv_id)
+        seen = self.book.seen(ref)
+        if seen is not None and not self.book.expired(seen):
+            self.stats.claims_lost += 1
+            return False
+        oid, seq = self.book.make(conv_id)
+        result = gitremote.push(
+            self.repo, self.remote, [Update(ref, oid, seen.oid if seen else None)]
+        )
+        if not result.ok:
+            self.stats.claims_lost += 1
+            return False
+        if seen is not None:
+            self.stats.takeovers += 1
+            log.info(
+                "sync: took over the lease on %s (unchanged for %gs)", conv_id, self.book.duration
+            )
+        self.stats.claims_won += 1
+        self.book.taken(conv_id, oid, seq)
+        try:
+            # The previous holder pushed its work before (or with) giving the lease
+            # back: act only on the files as the remote has them.
+            outcome = self.pull()
+        except JpfsError:
+            self.release(conv_id)
+            raise
+        if outcome.kind == "busy":
+            log.info(
+                "sync: %s claimed, but the record could not be merged yet (%s)",
+                conv_id,
+                outcome.reason,
+            )
+            self.release(conv_id)
+            return False
+        return True
+
+    def release(self, conv_id: str) -> None:
+        self.book.release(conv_id)
+        self.wake.set()
+
+    def wait_for(self, conv_id: str) -> float:
+        return self.book.wait_for(conv_id)
+
+    # -- the daemon's thread -------------------------------------------------------------------
+    def loop(self, stop: threading.Event) -> None:
+        """Cycle until ``stop``: every ``interval``, or at once when woken."""
+        while not stop.is_set():
+            self.wake.clear()
+            try:
+                self.sync_once()
+                self.stats.last_error = ""
+            except JpfsError as exc:
+                self.stats.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                log.warning(
+                    "sync: %s (working locally; trying again in %gs)",
+                    self.stats.last_error,
+                    self.interval,
+                )
+            except Exception as exc:  # a bug: say so, keep sharing (leases must be renewed)
+                log.exception("sync cycle failed")
+                self.stats.last_error = (
+                    f"internal error in jpfs ({type(exc).__name__}); see the log"
+                )
+            self.wake.wait(self.interval)
+        try:
+            self.sync_once()  # hand back what we hold
+        except JpfsError as exc:
+            log.warning("sync at stop: %s", exc)
+
+    def status(self) -> dict[str, Any]:
+        now = time.time()
+        held = self.book.held()
+        return {
+            "remote": self.remote,
+            "machine": self.machine,
+            "incarnation": self.incarnation,
+            "last_fetch_s": round(now - self.stats.last_fetch, 1)
+            if self.stats.last_fetch
+            else None,
+            "last_push_s": round(now - self.stats.last_push, 1) if self.stats.last_push else None,
+            "leases_held": sorted(lease.conv_id for lease in held),
+            "leases_on_remote": self.book.remote_count(),
+            "peers": self.stats.peers,
+            "claims_won": self.stats.claims_won,
+            "claims_lost": self.stats.claims_lost,
+            "takeovers": self.stats.takeovers,
+            "forfeits": self.stats.forfeits,
+            "merges": self.stats.merges,
+            "conflicts": self.stats.conflicts,
+            "last_error": self.stats.last_error,
+        }
+
+
+@dataclass(frozen=True)
+class HandSync:
+    """What one ``jpfs sync`` did."""
+
+    remote: str
+    machine: str
+    committed: str | None  # the commit of edits not committed before, if any
+    integrated: str  # "up-to-date", "fast-forward", "merge" or "busy"
+    head: str | None
+    conflicts: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "remote": self.remote,
+            "machine": self.machine,
+            "committed": self.committed,
+            "integrated": self.integrated,
+            "head": self.head,
+            "conflicts": self.conflicts,
+        }
+
+
+def sync_by_hand(ws: Workspace) -> HandSync:
+    """``jpfs sync``: commit what was written here, take the remote's record, push ours.
+
+    For a clone with no daemon (a laptop where a human writes ``task.md``); with a
+    daemon running it is one more cycle, harmless. Holds no lease: it never acts *for*
+    a conversation, it only moves files."""
+    from jpfs.errors import ConfigError
+
+    if not ws.config["sync.remote"]:
+        raise ConfigError(
+            "sync.remote is not set: name the git remote that shares the record,"
+            " e.g. `jpfs config set sync.remote origin`"
+        )
+    ws.ensure_record()
+    engine = SyncEngine(ws)
+    committed = ws.committer.commit_pending(
+        "jpfs: edits synced by hand", (("Jpfs-Event", "edit"), ("Jpfs-Machine", engine.machine))
+    )
+    outcome = engine.sync_once()
+    head = gitremote.resolve(ws.root, f"refs/heads/{ws.record_branch}")
+    return HandSync(engine.remote, engine.machine, committed, outcome.kind, head, outcome.conflicts)

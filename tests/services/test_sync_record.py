@@ -1,0 +1,183 @@
+"""The parts of sharing a record through a remote, one at a time, on real clones:
+``jpfs sync``, merges that keep both sides of a conflict, and leases claimed by
+compare-and-swap, expired, taken over and forfeited."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from jpfs.core.workspace import open_workspace
+from jpfs.services.sync.engine import SyncEngine
+from jpfs.services.sync.leases import lease_ref
+from tests.conftest import Result, git, rgit, wait_until
+
+
+def make_remote(tmp_path: Path, ws: Path, cli: Callable[..., Result], **keys: str) -> Path:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(ws, "remote", "add", "origin", str(remote))
+    assert cli("config", "set", "sync.remote", "origin").code == 0
+    for key, value in keys.items():
+        assert cli("config", "set", f"sync.{key}", value).code == 0
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", "share the record")
+    git(ws, "push", "-q", "origin", "main")
+    done = cli("sync")
+    assert done.code == 0, done.stderr
+    return remote
+
+
+def clone_of(remote: Path, path: Path, cli: Callable[..., Result]) -> Path:
+    git(remote.parent, "clone", "-q", str(remote), str(path))
+    done = cli("sync", cwd=path)
+    assert done.code == 0, done.stderr
+    return path
+
+
+def test_sync_needs_a_remote_and_names_the_fix(ws: Path, cli: Callable[..., Result]) -> None:
+    off = cli("sync")
+    assert off.code == 1
+    assert "sync.remote is not set" in off.stderr and "jpfs config set sync.remote" in off.stderr
+    assert cli("config", "set", "sync.remote", "nowhere").code == 0
+    missing = cli("sync")
+    assert missing.code == 1
+    assert "no such remote" in missing.stderr and "git remote add nowhere" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_sync_carries_a_task_written_on_one_clone_to_another(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = make_remote(tmp_path, ws, cli)
+    laptop = clone_of(remote, tmp_path / "laptop", cli)
+    (laptop / "conversations" / "hello").mkdir()
+    (laptop / "conversations" / "hello" / "task.md").write_text("# Hi\n", encoding="utf-8")
+    sent = cli("sync", "--format", "json", cwd=laptop)
+    assert sent.code == 0, sent.stderr
+    assert '"committed": "' in sent.stdout
+    assert "Jpfs-Machine: " in rgit(laptop, "log", "-1", "--format=%B")
+    got = cli("sync")
+    assert got.code == 0 and "fast-forward" in got.stderr
+    assert (ws / "conversations" / "hello" / "task.md").read_text(encoding="utf-8") == "# Hi\n"
+    # The user's branch and index were never touched by either sync.
+    assert git(ws, "status", "--porcelain") == ""
+    assert git(laptop, "status", "--porcelain") == ""
+
+
+def test_a_file_changed_on_both_clones_keeps_both_versions(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = make_remote(tmp_path, ws, cli, machine="desk")
+    laptop = clone_of(remote, tmp_path / "laptop", cli)
+    assert cli("config", "set", "sync.machine", "laptop", cwd=laptop).code == 0
+    conv = "conversations/notes"
+    for clone_ in (ws, laptop):
+        (clone_ / conv).mkdir(exist_ok=True)
+    (ws / conv / "task.md").write_text("# From the desk\n", encoding="utf-8")
+    (laptop / conv / "task.md").write_text("# From the laptop\n", encoding="utf-8")
+    (ws / "conversations" / "other").mkdir()
+    (ws / "conversations" / "other" / "task.md").write_text("# Other\n", encoding="utf-8")
+    assert cli("sync").code == 0
+    merged = cli("sync", cwd=laptop)
+    assert merged.code == 0, merged.stderr
+    assert "conflict: both sides changed notes/task.md; theirs is notes/task.md.conflict-desk" in (
+        merged.stderr
+    )
+    assert (laptop / conv / "task.md").read_text(encoding="utf-8") == "# From the laptop\n"
+    copy = laptop / conv / "task.md.conflict-desk"
+    assert copy.read_text(encoding="utf-8") == "# From the desk\n"
+    assert (laptop / "conversations" / "other" / "task.md").is_file()  # the clean part merged
+    assert "Jpfs-Conflict: notes/task.md.conflict-desk" in rgit(laptop, "log", "-1", "--format=%B")
+    assert rgit(laptop, "status", "--porcelain") == ""
+    assert cli("sync").code == 0  # and the desk gets the same state
+    assert (ws / conv / "task.md.conflict-desk").is_file()
+    assert rgit(ws, "rev-parse", "HEAD") == rgit(laptop, "rev-parse", "HEAD")
+
+
+def engine_at(path: Path) -> SyncEngine:
+    return SyncEngine(open_workspace(path))
+
+
+def test_of_two_claims_at_once_exactly_one_wins(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = make_remote(tmp_path, ws, cli)
+    other = clone_of(remote, tmp_path / "other", cli)
+    engines = [engine_at(ws), engine_at(other)]
+    for engine in engines:
+        engine.sync_once()
+    results: dict[int, bool] = {}
+    barrier = threading.Barrier(2)
+
+    def claim(index: int) -> None:
+        barrier.wait()
+        results[index] = engines[index].claim("job")
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results.values()) == [False, True]
+    winner, loser = (engines[0], engines[1]) if results[0] else (engines[1], engines[0])
+    assert git(remote, "for-each-ref", "--format=%(refname)", "refs/jpfs/leases/").split() == [
+        lease_ref("job")
+    ]
+    # A claim seen held is refused without asking the remote; released, it is free again.
+    loser.fetch()
+    assert loser.claim("job") is False
+    winner.release("job")
+    winner.sync_once()
+    assert git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
+    loser.fetch()
+    assert loser.claim("job") is True
+
+
+def test_an_expired_lease_is_taken_over_and_the_late_work_is_forfeit(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = make_remote(tmp_path, ws, cli, lease="0.5")
+    other = clone_of(remote, tmp_path / "other", cli)
+    slow, fast = engine_at(ws), engine_at(other)
+    conv = "work"
+    (ws / "conversations" / conv).mkdir()
+    (ws / "conversations" / conv / "task.md").write_text("# Work\n", encoding="utf-8")
+    assert cli("sync").code == 0
+    assert slow.claim(conv)
+    # The holder stalls (a partition): it writes a turn but cannot renew or push.
+    result = ws / "conversations" / conv / "result.md"
+    result.write_text("late turn\n", encoding="utf-8")
+    rgit(ws, "add", "-A")
+    rgit(ws, "commit", "-q", "-m", "late turn")
+
+    fast.fetch()
+    assert fast.claim(conv) is False  # held, and not expired yet
+    wait_until(lambda: fast.fetch() is not None and fast.claim(conv), timeout=10, interval=0.1)
+    assert fast.stats.takeovers == 1
+    (other / "conversations" / conv / "result.md").write_text("the turn\n", encoding="utf-8")
+    rgit(other, "add", "-A")
+    rgit(other, "commit", "-q", "-m", "the turn")
+    fast.release(conv)
+    fast.sync_once()
+
+    lost: list[str] = []
+    slow.on_lost = lost.append
+    slow.sync_once()  # its push fails as a whole: the lease is not its own any more
+    assert lost == [conv] and slow.stats.forfeits == 1
+    assert result.read_text(encoding="utf-8") == "the turn\n"
+    tip = git(remote, "show", "jpfs-record:work/result.md")
+    assert tip == "the turn\n"
+    assert "Jpfs-Forfeit: work/" in rgit(ws, "log", "-1", "--format=%B")
+    assert rgit(ws, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("key,value", [("lease", '"soon"'), ("interval", "[1]")])
+def test_sync_keys_are_validated(
+    ws: Path, cli: Callable[..., Result], key: str, value: str
+) -> None:
+    done = cli("config", "set", f"sync.{key}", value)
+    assert done.code != 0 and f"sync.{key}" in done.stderr
