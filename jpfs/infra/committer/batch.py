@@ -93,6 +93,8 @@ class GroupCommit:
         self._queue: list[Pending] = []
         self._leading = False
         self._writers: dict[int, float] = {}  # thread id -> when it last submitted
+        self._wanted = 0  # changes a gathering leader waits for (0: none gathering)
+        self._last_arrival = 0.0
         self._closed = False
 
     def close(self) -> bool:
@@ -110,13 +112,17 @@ class GroupCommit:
             if self._closed:
                 raise GitError("the committer is closed")
             self._queue.append(pending)
+            now = time.monotonic()
             if not pending.heal:
-                self._writers[threading.get_ident()] = time.monotonic()
+                self._writers[threading.get_ident()] = now
+            self._last_arrival = now
             follow = self._leading
-            if follow:
-                self._arrivals.notify()
-            else:
+            if not follow:
                 self._leading = True
+            elif len(self._queue) >= self._wanted:
+                # Only the arrival that completes the batch wakes a gathering leader,
+                # which otherwise sleeps until the arrivals pause (see below).
+                self._arrivals.notify()
         if follow:
             pending.wait()
             if pending.done:
@@ -128,15 +134,15 @@ class GroupCommit:
             # commits alternating between groups (each costs a full index write).
             now = time.monotonic()
             self._writers = {t: w for t, w in self._writers.items() if now - w < _ACTIVE_SECONDS}
+            self._wanted = len(self._writers)
             cap = now + _GATHER_MAX
-            queued, quiet_from = len(self._queue), now
-            while len(self._queue) < len(self._writers):
-                if len(self._queue) > queued:
-                    queued, quiet_from = len(self._queue), time.monotonic()
-                remaining = min(quiet_from + _GATHER_GAP, cap) - time.monotonic()
+            self._last_arrival = max(self._last_arrival, now)
+            while len(self._queue) < self._wanted:
+                remaining = min(self._last_arrival + _GATHER_GAP, cap) - time.monotonic()
                 if remaining <= 0:
                     break
                 self._arrivals.wait(remaining)
+            self._wanted = 0
             batch, self._queue = self._queue, []
         try:
             self._run_safely(batch)
