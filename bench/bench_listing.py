@@ -4,7 +4,8 @@ and ``jpfs tree``, against ``git ls-files`` plus ``python -c 'import typer'``.
 Usage: python bench/bench_listing.py [--quick] [--sizes N,N,...] [--repeat R]
 
 For each size: a workspace of N idle conversations of 10 events (bench.common.populate),
-then, as subprocesses started with this interpreter and interleaved round by round:
+then, as subprocesses started with this interpreter and interleaved round by round
+(every command of every size in each round):
 
 * the baseline: ``git ls-files`` in the record worktree and ``python -c 'import typer'``
   (their sum: what listing N conversations with a typer CLI cannot beat by much);
@@ -52,46 +53,55 @@ def touch_one(ws: Path) -> None:
     Conversation(conv_root, first).append_event("user", f"more at {time.time()}\n")
 
 
-def bench_size(root: Path, n: int, repeat: int) -> dict[str, Any]:
-    ws = make_workspace(root / f"ws{n}")
-    populate(ws, n, 10)
-    conv_root = ws / "conversations"
-    cold = {}
-    for name, argv in (("ls", jpfs_argv("c", "ls")), ("tree", jpfs_argv("tree"))):
-        t0 = time.perf_counter()
-        run_command(argv, ws)
-        cold[name] = time.perf_counter() - t0
-    stats = measure_interleaved(
-        {
-            "git ls-files": command(["git", "ls-files"], conv_root),
-            "import typer": command([sys.executable, "-c", "import typer"], ws),
-            "jpfs c ls": command(jpfs_argv("c", "ls"), ws),
-            "jpfs tree": command(jpfs_argv("tree"), ws),
-        },
-        repeat=repeat,
-    )
-    changed = {}
-    for name, argv in (("ls", jpfs_argv("c", "ls")), ("tree", jpfs_argv("tree"))):
-        samples = []
-        for _ in range(max(3, repeat // 2)):
-            touch_one(ws)
+def bench_sizes(root: Path, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    """Every size's workspace first, then every command of every size in the same
+    rounds: the ratio between sizes is as robust to a burst of load as the one to the
+    baseline."""
+    workspaces = {}
+    cold: dict[int, dict[str, float]] = {}
+    for n in sizes:
+        ws = make_workspace(root / f"ws{n}")
+        populate(ws, n, 10)
+        workspaces[n] = ws
+        cold[n] = {}
+        for name, argv in (("ls", jpfs_argv("c", "ls")), ("tree", jpfs_argv("tree"))):
             t0 = time.perf_counter()
             run_command(argv, ws)
-            samples.append(time.perf_counter() - t0)
-        changed[name] = sorted(samples)[len(samples) // 2]
-    base = stats["git ls-files"].median + stats["import typer"].median
-    return {
-        "conversations": n,
-        "baseline_s": base,
-        "git_ls_files_s": stats["git ls-files"].median,
-        "import_typer_s": stats["import typer"].median,
-        "ls_s": stats["jpfs c ls"].median,
-        "tree_s": stats["jpfs tree"].median,
-        "ls_one_changed_s": changed["ls"],
-        "tree_one_changed_s": changed["tree"],
-        "ls_cold_s": cold["ls"],
-        "tree_cold_s": cold["tree"],
-    }
+            cold[n][name] = time.perf_counter() - t0
+    fns = {}
+    for n, ws in workspaces.items():
+        fns[f"git ls-files {n}"] = command(["git", "ls-files"], ws / "conversations")
+        fns[f"import typer {n}"] = command([sys.executable, "-c", "import typer"], ws)
+        fns[f"jpfs c ls {n}"] = command(jpfs_argv("c", "ls"), ws)
+        fns[f"jpfs tree {n}"] = command(jpfs_argv("tree"), ws)
+    stats = measure_interleaved(fns, repeat=repeat)
+    results = []
+    for n, ws in workspaces.items():
+        changed = {}
+        for name, argv in (("ls", jpfs_argv("c", "ls")), ("tree", jpfs_argv("tree"))):
+            samples = []
+            for _ in range(max(3, repeat // 2)):
+                touch_one(ws)
+                t0 = time.perf_counter()
+                run_command(argv, ws)
+                samples.append(time.perf_counter() - t0)
+            changed[name] = sorted(samples)[len(samples) // 2]
+        base = stats[f"git ls-files {n}"].median + stats[f"import typer {n}"].median
+        results.append(
+            {
+                "conversations": n,
+                "baseline_s": base,
+                "git_ls_files_s": stats[f"git ls-files {n}"].median,
+                "import_typer_s": stats[f"import typer {n}"].median,
+                "ls_s": stats[f"jpfs c ls {n}"].median,
+                "tree_s": stats[f"jpfs tree {n}"].median,
+                "ls_one_changed_s": changed["ls"],
+                "tree_one_changed_s": changed["tree"],
+                "ls_cold_s": cold[n]["ls"],
+                "tree_cold_s": cold[n]["tree"],
+            }
+        )
+    return results
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -103,10 +113,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sizes = [100, 1000] if args.quick else [100, 1000, 10000]
     if args.sizes:
         sizes = [int(s) for s in args.sizes.split(",")]
-    results = []
     with temp_dir() as root:
-        for n in sizes:
-            results.append(bench_size(root, n, args.repeat))
+        results = bench_sizes(root, sizes, args.repeat)
     small = results[0]
     rows = []
     for r in results:

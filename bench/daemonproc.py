@@ -161,9 +161,14 @@ class Daemon:
 
 
 def wait_idle(ws: Path, ids: list[str], timeout: float) -> None:
+    """Until every one of ``ids`` is idle, looking every 10 ms. Only a conversation with
+    a ``result.md`` (written last by a run: idle needs it) has its state derived: a
+    derivation parses its record, and doing that for 60 conversations every 10 ms would
+    take a core from the daemon being measured."""
     from jpfs.core import tree
-    from jpfs.core.conversation import Conversation
+    from jpfs.core.conversation import RESULT, Conversation
 
+    root = ws / "conversations"
     deadline = time.monotonic() + timeout
     pending = list(ids)
     pause = threading.Event()
@@ -171,7 +176,8 @@ def wait_idle(ws: Path, ids: list[str], timeout: float) -> None:
         pending = [
             c
             for c in pending
-            if str(tree.state_of(Conversation(ws / "conversations", c))) != "idle"
+            if not (root / c / RESULT).exists()
+            or str(tree.state_of(Conversation(root, c))) != "idle"
         ]
         if time.monotonic() > deadline:
             raise RuntimeError(f"{len(pending)} conversation(s) not idle after {timeout}s")
