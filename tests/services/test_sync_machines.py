@@ -159,6 +159,8 @@ def test_three_daemons_share_the_work_and_survive_a_sigkill(
         wait_until(all_done, timeout=600, interval=0.5, message="every conversation to finish")
 
         survivors = daemons[1:]
+        shown = jpfs_subprocess("daemon", "status", cwd=survivors[0]).stdout
+        assert re.search(r"^sync: origin as \S+; \d+ lease\(s\) held", shown, re.M), shown
         takeovers = sum(int(status(ws).get("sync", {}).get("takeovers", 0)) for ws in survivors)  # type: ignore[union-attr]
         for ws in survivors:
             stop_daemon(ws)

@@ -63,6 +63,11 @@ def test_sync_carries_a_task_written_on_one_clone_to_another(
     got = cli("sync")
     assert got.code == 0 and "fast-forward" in got.stderr
     assert (ws / "conversations" / "hello" / "task.md").read_text(encoding="utf-8") == "# Hi\n"
+    # Which machine made the change is in the history, for people and for programs.
+    history = cli("log", "hello")
+    assert history.code == 0 and " on " in history.stdout, history.stdout
+    machine = rgit(laptop, "log", "-1", "--format=%(trailers:key=Jpfs-Machine,valueonly)").strip()
+    assert machine and f"on {machine}" in history.stdout
     # The user's branch and index were never touched by either sync.
     assert git(ws, "status", "--porcelain") == ""
     assert git(laptop, "status", "--porcelain") == ""

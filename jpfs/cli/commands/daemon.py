@@ -94,6 +94,20 @@ def render(data: dict[str, Any]) -> str:
             f"  {agent['id']}  {agent.get('agent', '')}  {_duration(agent.get('elapsed', 0))}"
             f"  {agent.get('tokens', 0)} tokens"
         )
+    sync = data.get("sync")
+    if sync:
+        peers = ", ".join(f"{name} ({held})" for name, held in sorted(sync["peers"].items()))
+        fetched = sync.get("last_fetch_s")
+        lines.append(
+            f"sync: {sync['remote']} as {sync['machine']}; {len(sync['leases_held'])} lease(s)"
+            f" held, {sync['leases_on_remote']} on the remote"
+            + (f"; fetched {fetched:g}s ago" if fetched is not None else "; not fetched yet")
+            + f"; peers: {peers or 'none holding leases'}"
+        )
+        for path in sync.get("conflicts") or []:
+            lines.append(f"  conflict kept beside: {path}")
+        if sync.get("last_error"):
+            lines.append(f"  sync error: {sync['last_error']}")
     if data.get("config_error"):
         lines.append(f"config error: {data['config_error']} (the daemon runs with what it read)")
     err = data.get("last_error")
