@@ -69,6 +69,7 @@ def jpfs(cwd: Path, *args: str, env: dict[str, str] | None = None) -> bytes:
 
 
 def setup(base: Path, daemons: int) -> tuple[Path, list[Path], Path]:
+    base.mkdir(parents=True)
     remote = base / "remote.git"
     git(base, "init", "-q", "--bare", "-b", "main", str(remote))
     seed = base / "seed"
