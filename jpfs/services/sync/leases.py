@@ -26,8 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pygit2
+
 from jpfs.core import ids
-from jpfs.infra import gitcli
 
 LEASE_NS = "refs/jpfs/leases/"
 
@@ -68,7 +69,7 @@ class LeaseBook:
         self._held: dict[str, Lease] = {}
         self._seen: dict[str, Observed] = {}
         self._seq = 0
-        self._empty_tree: str | None = None
+        self._repo: pygit2.Repository | None = None
         self.forfeited: set[str] = set()
         self.takeovers = 0
 
@@ -131,22 +132,14 @@ class LeaseBook:
             f"Jpfs-Lease-Seconds: {self.duration:g}\n"
             f"Jpfs-Lease-Pid: {os.getpid()}\n"
         )
-        env = {
-            **os.environ,
-            "GIT_AUTHOR_NAME": "jpfs",
-            "GIT_AUTHOR_EMAIL": "jpfs@localhost",
-            "GIT_COMMITTER_NAME": "jpfs",
-            "GIT_COMMITTER_EMAIL": "jpfs@localhost",
-        }
-        oid = gitcli.run(
-            self.repo, ["commit-tree", self._tree()], input=message, env=env
-        ).stdout.strip()
-        return oid, seq
-
-    def _tree(self) -> str:
-        if self._empty_tree is None:
-            self._empty_tree = gitcli.run(self.repo, ["mktree"], input="").stdout.strip()
-        return self._empty_tree
+        # In process (no git process per lease: a push renews every lease held).
+        with self._lock:
+            if self._repo is None:
+                self._repo = pygit2.Repository(str(self.repo))
+            signature = pygit2.Signature("jpfs", "jpfs@localhost")
+            tree = self._repo.TreeBuilder().write()
+            oid = self._repo.create_commit(None, signature, signature, message, tree, [])
+        return str(oid), seq
 
     def taken(self, conv_id: str, oid: str, seq: int) -> None:
         now = time.monotonic()
