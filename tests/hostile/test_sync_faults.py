@@ -1,0 +1,80 @@
+"""A shared record when the remote misbehaves: gone, or holding junk where leases go.
+
+The daemon keeps working locally and says what is wrong; `jpfs sync` fails with one
+line; nothing written here is lost, and everything reaches the remote once it is back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import Result, git, jpfs_subprocess, running_daemon, wait_until
+
+
+def shared_workspace(tmp_path: Path, ws: Path, cli: Callable[..., Result]) -> Path:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(ws, "remote", "add", "origin", str(remote))
+    for key, value in (("sync.remote", "origin"), ("sync.interval", "0.2")):
+        assert cli("config", "set", key, value).code == 0
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", "share the record")
+    assert cli("sync").code == 0
+    return remote
+
+
+def sync_status(ws: Path) -> dict[str, object]:
+    out = jpfs_subprocess("daemon", "status", "--format", "json", cwd=ws).stdout
+    return dict(json.loads(out).get("sync") or {})
+
+
+def test_a_vanished_remote_leaves_the_daemon_working_and_loses_nothing(
+    tmp_path: Path, ws: Path, cli: Callable[..., Result]
+) -> None:
+    remote = shared_workspace(tmp_path, ws, cli)
+    aside = tmp_path / "aside.git"
+    with running_daemon(ws):
+        wait_until(lambda: sync_status(ws).get("last_fetch_s") is not None, timeout=20)
+        remote.rename(aside)
+        notes = ws / "conversations" / "notes" / "files"
+        notes.mkdir(parents=True)
+        (notes / "a.md").write_text("written while the remote is gone\n", encoding="utf-8")
+        # Committed here all the same; the status names the problem.
+        wait_until(
+            lambda: "a.md" in git(ws / "conversations", "log", "-1", "--name-only"), timeout=20
+        )
+        wait_until(lambda: sync_status(ws).get("last_error"), timeout=20, message="a sync error")
+        failed = cli("sync")
+        assert failed.code == 1 and len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+        assert "Traceback" not in failed.stderr
+        aside.rename(remote)
+        wait_until(
+            lambda: (
+                "notes/files/a.md" in git(remote, "ls-tree", "-r", "--name-only", "jpfs-record")
+            ),
+            timeout=20,
+            message="the edit to reach the remote once it is back",
+        )
+        wait_until(lambda: not sync_status(ws).get("last_error"), timeout=20)
+
+
+def test_junk_under_the_lease_refs_is_not_mistaken_for_a_lease(
+    tmp_path: Path, ws: Path, cli: Callable[..., Result]
+) -> None:
+    remote = shared_workspace(tmp_path, ws, cli)
+    empty_tree = git(ws, "hash-object", "-w", "-t", "tree", "/dev/null").strip()
+    git(ws, "push", "-q", "origin", f"{empty_tree}:refs/jpfs/leases/junk")
+    # Plain files (no task.md): nothing for a daemon to claim, so the junk stays alone.
+    (ws / "conversations" / "notes" / "files").mkdir(parents=True)
+    (ws / "conversations" / "notes" / "files" / "a.md").write_text("a\n", encoding="utf-8")
+    done = cli("sync")
+    assert done.code == 0, done.stderr
+    assert "notes/files/a.md" in git(remote, "ls-tree", "-r", "--name-only", "jpfs-record")
+    with running_daemon(ws):
+        status = wait_until(
+            lambda: sync_status(ws).get("last_fetch_s") is not None and sync_status(ws)
+        )
+        assert status["peers"] == {} and status["leases_on_remote"] == 1, status  # type: ignore[index]
+        assert not status["last_error"], status  # type: ignore[index]
