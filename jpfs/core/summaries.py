@@ -21,10 +21,12 @@ Not seen until something else in the conversation changes: an event file or
 (a listing shows whether it exists, never what it says). The daemon's own signature
 (:mod:`jpfs.services.daemon.seen`) also covers the last event.
 
-Timestamps come from a coarse clock: a second change within the same tick (a few ms)
-can leave a directory's or file's stamps as they were. A stamp newer than
-:data:`SETTLED_NS` before the walk began is therefore never trusted later: such a
-directory is listed again and such a conversation read again next time, until its
+Timestamps come from a coarse clock: a second change within the same tick (a few ms;
+a whole second on some file systems) can leave a directory's or file's stamps as they
+were. So, as git does with its index, a stamp is trusted later only if it is older
+than the walk: than :data:`SETTLED_NS` before it began, and than the file system's own
+time then (a probe file's mtime, set by the clock that stamps every file). A directory
+or conversation changed more recently is listed or read again next time, until its
 files have held still.
 
 It is never the source of truth: a missing, stale or unreadable cache is rebuilt from
@@ -49,6 +51,7 @@ FILE = "summaries.bin"
 VERSION = 3
 # Longer than a tick of the clock that stamps files (jiffies: 1-10 ms).
 SETTLED_NS = 50_000_000
+CLOCK = "summaries.clock"  # touched at each walk: the file system's time
 _MARKS = frozenset({"conversation.toml", "task.md"})
 # What a summary depends on besides the directory's own entries: new events, and files
 # people edit in place. Their order is the signature's.
@@ -89,7 +92,7 @@ class Summaries:
         one was :meth:`put`, else None. Symlinked directories are never followed: they
         could lead out of the tree.
         """
-        self._horizon = time.time_ns() - SETTLED_NS
+        self._horizon = self._now()
         visited: set[str] = set()
         self._visited = visited if under is None else None
         nodes = self.nodes
@@ -117,6 +120,21 @@ class Summaries:
             if node[1] and rel != (under or ""):
                 sig = stamp + _stats(path + sep, node[2])
                 yield rel, sig, (node[5] if node[4] == sig else None)
+
+    def _now(self) -> int:
+        """Stamps older than this (ns) cannot be repeated by a later change."""
+        now = time.time_ns() - SETTLED_NS
+        if self.path is None:
+            return now
+        probe = self.path.with_name(CLOCK)
+        try:
+            try:
+                os.utime(probe)
+            except FileNotFoundError:
+                probe.touch()
+            return min(now, os.stat(probe).st_mtime_ns)
+        except OSError:
+            return now
 
     def _list(self, rel: str, path: str, stamp: Signature, old: Any) -> _Node | None:
         is_conv = False

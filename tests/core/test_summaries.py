@@ -93,6 +93,8 @@ def test_a_listing_trusts_nothing_changed_within_a_clock_tick(
     they were: what was listed or read right after a change is looked at again."""
     assert cli("c", "new", "a", "--no-activate").code == 0
     listing(ws / CONV, cache_dir=ws / ".jpfs" / "local")
+    # The file system's time is read off a probe each walk (whatever its granularity).
+    assert (ws / ".jpfs" / "local" / "summaries.clock").is_file()
     horizon = time.time_ns() - SETTLED_NS
     st = os.stat(ws / CONV / "a")
     if max(st.st_mtime_ns, st.st_ctime_ns) >= horizon:  # the usual case: just created
