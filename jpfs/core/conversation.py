@@ -252,6 +252,24 @@ class Conversation:
         self._listing = _Listing(stamp, out, _settled(st))
         return list(out)
 
+    def known_event_names(self) -> list[tuple[int, str, str]]:
+        """:meth:`event_names`, trusting the handle's listing while the directory's stat
+        identity holds, even within the clock's granularity of a change.
+
+        For callers that need every event up to the last one they see, and look again
+        later (a run commits the events since its last commit: one added in the same
+        tick is seen by the next look), never for numbering a new event."""
+        cached = self._listing
+        if cached is not None:
+            try:
+                st = os.stat(self.events_dir)
+            except (FileNotFoundError, NotADirectoryError):
+                self._listing = None
+                return []
+            if cached.stamp == (st.st_ino, st.st_mtime_ns, st.st_ctime_ns):
+                return list(cached.names)
+        return self.event_names()
+
     def _tail_unchanged(self, names: list[tuple[int, str, str]]) -> bool:
         """Whether the last listed event still exists and none numbered next does."""
         base = os.fspath(self.events_dir)

@@ -124,8 +124,10 @@ class Runner:
             return
         # The run's first commit takes the whole events/ (whatever happened before it);
         # later ones only the events written since: O(changed), not O(events). The
-        # handle's listing is reused while events/ is unchanged (Conversation.event_names).
-        names = conv.event_names()
+        # handle's listing is reused while events/ is unchanged; an event another writer
+        # adds within the same clock tick is committed by the next commit, as `since`
+        # is the last event seen (Conversation.known_event_names).
+        names = conv.known_event_names()
         since = self._committed_events.get(conv.id)
         first_new = 0 if since is None else bisect.bisect_right(names, since, key=_seq)
         new = None if since is None else [name for _, _, name in names[first_new:]]

@@ -122,3 +122,18 @@ def test_runner_commits_events_another_process_appended(ws: Path) -> None:
     ]  # fmt: skip
     assert rgit(ws, "status", "--porcelain") == ""
     workspace.committer.close(wait=True)
+
+
+def test_known_event_names_follow_the_directory(tmp_path: Path) -> None:
+    conv = create(tmp_path, "c", agent="a")
+    assert conv.known_event_names() == []
+    conv.append_event("user", "one")
+    assert [name for _, _, name in conv.known_event_names()] == ["0001-user.md"]
+
+    def settled() -> bool:
+        st = os.stat(conv.events_dir)
+        return max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - 200_000_000
+
+    wait_until(settled, timeout=3, message="events/ to settle")
+    (conv.events_dir / "0002-tool.md").write_text("by hand\n")
+    assert [name for _, _, name in conv.known_event_names()][-1] == "0002-tool.md"
