@@ -374,4 +374,5 @@ def create(
         table[key] = value
     doc["config"] = table
     textfile.write_atomic(conv.toml_path, tomlkit.dumps(doc))
+    conv._agent = agent or None  # what the record now says; spares a parse at each run
     return conv

@@ -94,6 +94,7 @@ class GroupCommit:
         self._leading = False
         self._writers: dict[int, float] = {}  # thread id -> when it last submitted
         self._wanted = 0  # changes a gathering leader waits for (0: none gathering)
+        self._newcomers = 0  # writers first seen since the last batch was taken
         self._last_arrival = 0.0
         self._closed = False
 
@@ -114,7 +115,10 @@ class GroupCommit:
             self._queue.append(pending)
             now = time.monotonic()
             if not pending.heal:
-                self._writers[threading.get_ident()] = now
+                me = threading.get_ident()
+                if now - self._writers.get(me, 0.0) >= _ACTIVE_SECONDS:
+                    self._newcomers += 1
+                self._writers[me] = now
             self._last_arrival = now
             follow = self._leading
             if not follow:
@@ -137,12 +141,16 @@ class GroupCommit:
             self._wanted = len(self._writers)
             cap = now + _GATHER_MAX
             self._last_arrival = max(self._last_arrival, now)
-            while len(self._queue) < self._wanted:
+            # Writers not seen before (threads starting together) are gathered while
+            # they keep arriving, too: counting only the known ones, the first round of
+            # 50 new threads split into a batch of a few and one of the rest.
+            while len(self._queue) < self._wanted or self._newcomers >= 2:
                 remaining = min(self._last_arrival + _GATHER_GAP, cap) - time.monotonic()
                 if remaining <= 0:
                     break
                 self._arrivals.wait(remaining)
             self._wanted = 0
+            self._newcomers = 0
             batch, self._queue = self._queue, []
         try:
             self._run_safely(batch)
