@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pygit2
+
 from jpfs.errors import GitError
 from jpfs.infra import gitcli
 
@@ -118,12 +120,25 @@ def list_refs(repo: Path, pattern: str) -> dict[str, str]:
 
 
 def resolve(repo: Path, ref: str) -> str | None:
-    proc = gitcli.run(repo, ["rev-parse", "--verify", "-q", f"{ref}^{{commit}}"], check=False)
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
+    """The commit ``ref`` names, or None when there is no such ref (in process)."""
+    try:
+        reference = _open(repo).references.get(ref)
+        return None if reference is None else str(reference.peel(pygit2.Commit).id)
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"cannot read {ref} in {repo}: {exc}") from exc
 
 
 def is_ancestor(repo: Path, older: str, newer: str) -> bool:
-    proc = gitcli.run(repo, ["merge-base", "--is-ancestor", older, newer], check=False, ok=(0, 1))
-    if proc.returncode not in (0, 1):
-        raise GitError(f"git merge-base failed: {proc.stderr.strip()}")
-    return proc.returncode == 0
+    """Whether commit ``older`` is ``newer`` or one of its ancestors (in process)."""
+    if older == newer:
+        return True
+    try:
+        return bool(_open(repo).descendant_of(newer, older))
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"cannot compare {older[:12]} and {newer[:12]}: {exc}") from exc
+
+
+def _open(repo: Path) -> pygit2.Repository:
+    # A fresh handle per call: cheap, always sees the refs on disk, and pygit2 handles
+    # are not to be shared between threads.
+    return pygit2.Repository(str(repo))

@@ -75,6 +75,8 @@ class SyncEngine:
         self.on_lost = on_lost or (lambda conv_id: None)
         self.wake = threading.Event()
         self._cycle = threading.RLock()  # one fetch-integrate-push at a time in this process
+        self._pull_started = float("-inf")
+        self._last_pull: Integration | None = None
 
     # -- one cycle ---------------------------------------------------------------------------
     def sync_once(self, *, push: bool = True) -> Integration:
@@ -94,6 +96,7 @@ class SyncEngine:
 
     def pull(self) -> Integration:
         with self._cycle:
+            self._pull_started = time.monotonic()
             self.fetch()
             theirs = gitremote.resolve(self.repo, self.track_record)
             if theirs is None:
@@ -117,11 +120,20 @@ class SyncEngine:
                     "sync: a file changed on both sides; theirs is kept beside ours as %s",
                     ", ".join(outcome.conflicts),
                 )
+            self._last_pull = outcome
             if outcome.kind == "busy":
                 log.info(
                     "sync: the record is busy here (%s); merging at the next cycle", outcome.reason
                 )
             return outcome
+
+    def pull_since(self, moment: float) -> Integration:
+        """A pull that started after ``moment``: one already made (claims made together
+        share one), or a new one."""
+        with self._cycle:
+            if self._last_pull is not None and self._pull_started > moment:
+                return self._last_pull
+            return self.pull()
 
     def fetch(self) -> dict[str, str]:
         """Fetch the remote's record and leases; returns its leases (ref -> value)."""
@@ -237,12 +249,15 @@ class SyncEngine:
             log.info(
                 "sync: took over the lease on %s (unchanged for %gs)", conv_id, self.book.duration
             )
+        # Only a fetch begun after the remote took our claim is sure to see what the
+        # previous holder pushed with its release.
+        claimed = time.monotonic()
         self.stats.claims_won += 1
         self.book.taken(conv_id, oid, seq)
         try:
             # The previous holder pushed its work before (or with) giving the lease
             # back: act only on the files as the remote has them.
-            outcome = self.pull()
+            outcome = self.pull_since(claimed)
         except JpfsError:
             self.release(conv_id)
             raise
