@@ -138,6 +138,19 @@ def is_ancestor(repo: Path, older: str, newer: str) -> bool:
         raise GitError(f"cannot compare {older[:12]} and {newer[:12]}: {exc}") from exc
 
 
+def ahead_behind(repo: Path, local: str, upstream: str) -> tuple[int, int]:
+    """Commits on ``local`` not on ``upstream``, and the reverse (0, 0 if either is
+    missing)."""
+    ours, theirs = resolve(repo, local), resolve(repo, upstream)
+    if ours is None or theirs is None:
+        return 0, 0
+    try:
+        ahead, behind = _open(repo).ahead_behind(ours, theirs)
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"cannot compare {local} and {upstream}: {exc}") from exc
+    return int(ahead), int(behind)
+
+
 def _open(repo: Path) -> pygit2.Repository:
     # A fresh handle per call: cheap, always sees the refs on disk, and pygit2 handles
     # are not to be shared between threads.

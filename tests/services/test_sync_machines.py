@@ -161,6 +161,8 @@ def test_three_daemons_share_the_work_and_survive_a_sigkill(
         survivors = daemons[1:]
         shown = jpfs_subprocess("daemon", "status", cwd=survivors[0]).stdout
         assert re.search(r"^sync: origin as \S+; \d+ lease\(s\) held", shown, re.M), shown
+        for ws in survivors:  # everything pushed and merged: no lag left
+            wait_until(lambda ws=ws: status(ws)["sync"]["ahead"] == 0, timeout=30)  # type: ignore[index]
         takeovers = sum(int(status(ws).get("sync", {}).get("takeovers", 0)) for ws in survivors)  # type: ignore[union-attr]
         for ws in survivors:
             stop_daemon(ws)
@@ -181,7 +183,7 @@ def test_three_daemons_share_the_work_and_survive_a_sigkill(
         jpfs(writer, "sync")
         for number in range(CONVERSATIONS):
             assert assistant_turns(writer, number) == 1, number
-        for path in [*survivors, writer, remote]:
+        for path in [*daemons, writer, remote]:  # the SIGKILLed clone too
             fsck(path)
     finally:
         for ws in daemons:

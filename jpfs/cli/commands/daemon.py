@@ -102,6 +102,7 @@ def render(data: dict[str, Any]) -> str:
             f"sync: {sync['remote']} as {sync['machine']}; {len(sync['leases_held'])} lease(s)"
             f" held, {sync['leases_on_remote']} on the remote"
             + (f"; fetched {fetched:g}s ago" if fetched is not None else "; not fetched yet")
+            + f"; {sync.get('ahead', 0)} commit(s) to push, {sync.get('behind', 0)} to merge"
             + f"; peers: {peers or 'none holding leases'}"
         )
         for path in sync.get("conflicts") or []:

@@ -307,6 +307,12 @@ class SyncEngine:
     def status(self) -> dict[str, Any]:
         now = time.time()
         held = self.book.held()
+        try:
+            ahead, behind = gitremote.ahead_behind(
+                self.repo, f"refs/heads/{self.branch}", self.track_record
+            )
+        except JpfsError:
+            ahead = behind = -1  # the repository cannot say now; the cycle reports why
         return {
             "remote": self.remote,
             "machine": self.machine,
@@ -315,6 +321,8 @@ class SyncEngine:
             if self.stats.last_fetch
             else None,
             "last_push_s": round(now - self.stats.last_push, 1) if self.stats.last_push else None,
+            "ahead": ahead,
+            "behind": behind,
             "leases_held": sorted(lease.conv_id for lease in held),
             "leases_on_remote": self.book.remote_count(),
             "peers": self.stats.peers,
