@@ -68,6 +68,8 @@ def query(
 
     ``on_text`` gets the text of its work turns as the provider streams it (``None``
     when a turn begins); its sub-agents' turns are not streamed."""
+    from jpfs.services.sync import engine as sync_engine  # only a run needs it
+
     runner = runner or Runner(ws)
     if conv_id is None:
         if parent is not None:
@@ -77,7 +79,10 @@ def query(
         target = scope.resolve(ws.conv_root, conv_id, within=within)
     # The lock covers the input too: a daemon must not start the run between the
     # input being written and this caller running it.
-    with locks.conversation_lock(ws.local_dir, target, wait=runner.lock_wait):
+    with (
+        locks.conversation_lock(ws.local_dir, target, wait=runner.lock_wait),
+        sync_engine.claimed(ws, target),
+    ):
         if conv_id is None:
             conv = lifecycle.new_conversation(
                 ws,

@@ -4,6 +4,7 @@ compare-and-swap, expired, taken over and forfeited."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,8 @@ import pytest
 from jpfs.core.workspace import open_workspace
 from jpfs.services.sync.engine import SyncEngine
 from jpfs.services.sync.leases import lease_ref
-from tests.conftest import Result, git, rgit, wait_until
+from tests.conftest import Result, git, rgit, use_only_agent, wait_until
+from tests.messages_server import MessagesServer, text_reply
 
 
 def make_remote(tmp_path: Path, ws: Path, cli: Callable[..., Result], **keys: str) -> Path:
@@ -186,3 +188,38 @@ def test_sync_keys_are_validated(
 ) -> None:
     done = cli("config", "set", f"sync.{key}", value)
     assert done.code != 0 and f"sync.{key}" in done.stderr
+
+
+AGENT = """
+model = "claude-sync"
+provider = "anthropic"
+[onboarding]
+enabled = false
+"""
+
+
+def test_jpfs_query_holds_the_lease_while_it_runs_and_pushes_after(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result], api_env: MessagesServer
+) -> None:
+    use_only_agent(ws, "syncer", AGENT)
+    remote = make_remote(tmp_path, ws, cli)
+    leases_during: list[str] = []
+
+    def respond(request: dict[str, object]) -> object:
+        leases_during.append(
+            git(remote, "for-each-ref", "--format=%(contents:body)", "refs/jpfs/leases/")
+        )
+        return text_reply("Hello back.")
+
+    api_env.responder = respond  # type: ignore[assignment]
+    done = cli("query", "--new", "--non-interactive", "Say hello.")
+    assert done.code == 0, done.stderr
+    assert "Hello back." in done.stdout
+    # While the model answered, the remote held this machine's lease on the run.
+    assert len(leases_during) == 1 and "Jpfs-Machine: " in leases_during[0], leases_during
+    conv_id = re.search(r"Jpfs-Conversation: (\S+)", leases_during[0])
+    assert conv_id is not None
+    # After: the lease is given back, with the result on the remote.
+    assert git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
+    result = git(remote, "show", f"jpfs-record:{conv_id.group(1)}/result.md")
+    assert "Hello back." in result

@@ -24,7 +24,7 @@ from jpfs.infra import gitremote
 from jpfs.services.daemon import actions
 from jpfs.services.daemon.actions import Need, Verdict
 from jpfs.services.daemon.pool import Pool
-from jpfs.services.sync.engine import SyncEngine
+from jpfs.services.sync.engine import SyncEngine, adopt_engine
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -43,6 +43,8 @@ class SharedRecord:
         self.look_again_in = look_again_in
         self.fail = fail
         self.engine = SyncEngine(ws, on_lost=self._lost)
+        # jpfs query handed to this daemon and its runs' jp_query claim through it too.
+        adopt_engine(self.engine, ws)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -59,6 +61,7 @@ class SharedRecord:
         self._thread.start()
 
     def stop(self) -> None:
+        adopt_engine(None, self.ws)
         self._stop.set()
         self.engine.wake.set()
         if self._thread is not None:
