@@ -223,3 +223,25 @@ def test_jpfs_query_holds_the_lease_while_it_runs_and_pushes_after(
     assert git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
     result = git(remote, "show", f"jpfs-record:{conv_id.group(1)}/result.md")
     assert "Hello back." in result
+
+
+def test_a_query_on_a_conversation_another_machine_holds_is_refused(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result], api_env: MessagesServer
+) -> None:
+    use_only_agent(ws, "syncer", AGENT)
+    remote = make_remote(tmp_path, ws, cli)
+    assert cli("conversation", "new", "job", "--no-activate").code == 0
+    assert cli("sync").code == 0
+    other = clone_of(remote, tmp_path / "other", cli)
+    holder = engine_at(other)
+    holder.sync_once()
+    assert holder.claim("job")
+    refused = cli("query", "--id", "job", "--non-interactive", "Go on.")
+    assert refused.code == 1, refused.stderr
+    assert "job is being run on another machine sharing the record" in refused.stderr
+    assert api_env.requests == []  # the model was never asked
+    holder.release("job")
+    holder.sync_once()
+    api_env.responder = lambda request: text_reply("Went on.")
+    done = cli("query", "--id", "job", "--non-interactive", "Go on.")
+    assert done.code == 0, done.stderr

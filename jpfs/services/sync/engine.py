@@ -33,6 +33,8 @@ from jpfs.services.sync.record import Integration, integrate
 log = logging.getLogger("jpfs.services.sync")
 
 _PUSH_ATTEMPTS = 4
+# Waits before trying a merge again when the record worktree is busy (a claim).
+_BUSY_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)
 
 
 @dataclass
@@ -76,6 +78,7 @@ class SyncEngine:
         self.on_lost = on_lost or (lambda conv_id: None)
         self.wake = threading.Event()
         self._cycle = threading.RLock()  # one fetch-integrate-push at a time in this process
+        self.refusal: dict[str, str] = {}  # why the last claim of a conversation failed
         self._pull_started = float("-inf")
         self._last_pull: Integration | None = None
 
@@ -259,6 +262,13 @@ class SyncEngine:
             # The previous holder pushed its work before (or with) giving the lease
             # back: act only on the files as the remote has them.
             outcome = self.pull_since(claimed)
+            pause = threading.Event()
+            for delay in _BUSY_RETRIES:
+                if outcome.kind != "busy":
+                    break
+                # Mostly the index lock of a commit in flight here: gone in milliseconds.
+                pause.wait(delay)
+                outcome = self.pull()
         except JpfsError:
             self.release(conv_id)
             raise
@@ -269,6 +279,7 @@ class SyncEngine:
                 outcome.reason,
             )
             self.release(conv_id)
+            self.refusal[conv_id] = f"its files could not be brought up to date: {outcome.reason}"
             return False
         return True
 
@@ -418,8 +429,11 @@ def claimed(ws: Workspace, conv_id: str) -> Iterator[None]:
         yield  # claimed by whoever runs us (the daemon's job): it releases
         return
     if not engine.claim(conv_id):
+        why = engine.refusal.pop(conv_id, "")
         raise LockError(
-            f"{conv_id} is being run on another machine sharing the record"
+            f"{conv_id} cannot be claimed here: {why}; try again"
+            if why
+            else f"{conv_id} is being run on another machine sharing the record"
             f" ({engine.remote}); try again when its lease is released"
         )
     try:
