@@ -171,6 +171,9 @@ def test_an_expired_lease_is_taken_over_and_the_late_work_is_forfeit(
     fast.release(conv)
     fast.sync_once()
 
+    # And files of that conversation not committed yet (a run cut short, a human):
+    result.write_text("later still\n", encoding="utf-8")
+    (ws / "conversations" / conv / "notes.md").write_text("mine\n", encoding="utf-8")
     lost: list[str] = []
     slow.on_lost = lost.append
     slow.sync_once()  # its push fails as a whole: the lease is not its own any more
@@ -180,6 +183,11 @@ def test_an_expired_lease_is_taken_over_and_the_late_work_is_forfeit(
     assert tip == "the turn\n"
     assert "Jpfs-Forfeit: work/" in rgit(ws, "log", "-1", "--format=%B")
     assert rgit(ws, "status", "--porcelain") == ""
+    # Dropped from the record, never from the disk: saved aside, and said in the log.
+    (saved,) = (ws / ".jpfs" / "local" / "forfeited").iterdir()
+    assert (saved / conv / "result.md").read_text(encoding="utf-8") == "later still\n"
+    assert (saved / conv / "notes.md").read_text(encoding="utf-8") == "mine\n"
+    assert not (ws / "conversations" / conv / "notes.md").exists()
 
 
 @pytest.mark.parametrize("key,value", [("lease", '"soon"'), ("interval", "[1]")])

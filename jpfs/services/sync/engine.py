@@ -92,6 +92,9 @@ class SyncEngine:
             for _attempt in range(_PUSH_ATTEMPTS):
                 if self.push(record=outcome.kind != "busy"):
                     return outcome
+                # Peers pushed first. Our leases must not lapse while we catch up:
+                # renewals alone never race anyone's record.
+                self.push(record=False)
                 outcome = self.pull()
             raise GitError(
                 f"could not push the record to {self.remote}: peers kept pushing first;"
@@ -113,6 +116,7 @@ class SyncEngine:
                 theirs,
                 remote=self.remote,
                 forfeit=prefixes,
+                aside=self.ws.local_dir / "forfeited",
             )
             if outcome.kind == "merge":
                 self.stats.merges += 1
@@ -270,7 +274,7 @@ class SyncEngine:
                 pause.wait(delay)
                 outcome = self.pull()
         except JpfsError:
-            self.release(conv_id)
+            self._give_back(conv_id)
             raise
         if outcome.kind == "busy":
             log.info(
@@ -278,10 +282,25 @@ class SyncEngine:
                 conv_id,
                 outcome.reason,
             )
-            self.release(conv_id)
+            self._give_back(conv_id)
             self.refusal[conv_id] = f"its files could not be brought up to date: {outcome.reason}"
             return False
         return True
+
+    def _give_back(self, conv_id: str) -> None:
+        """Release a lease under which nothing was done, at once and on its own (a
+        release normally waits for the push of the work done under it)."""
+        lease = self.book.get(conv_id)
+        if lease is None:
+            return
+        try:
+            done = gitremote.push(self.repo, self.remote, [Update(lease.ref, None, lease.oid)])
+        except JpfsError:
+            done = None
+        if done is not None and done.ok:
+            self.book.released([conv_id])
+        else:
+            self.release(conv_id)  # the next push with the record takes it
 
     def release(self, conv_id: str) -> None:
         self.book.release(conv_id)

@@ -19,9 +19,12 @@ never merged as a duplicate of the one the new holder runs (see protocol/sync.md
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +32,8 @@ from pathlib import Path
 from jpfs.errors import GitError
 from jpfs.infra import gitcli
 from jpfs.infra.gitremote import is_ancestor, resolve
+
+log = logging.getLogger("jpfs.services.sync")
 
 _ATTEMPTS = 5
 _SAFE_TAG = re.compile(r"[^A-Za-z0-9._-]+")
@@ -52,8 +57,13 @@ def integrate(
     *,
     remote: str,
     forfeit: Sequence[str] = (),
+    aside: Path | None = None,
 ) -> Integration:
-    """Bring commit ``theirs`` into ``branch``, checked out at ``worktree``."""
+    """Bring commit ``theirs`` into ``branch``, checked out at ``worktree``.
+
+    Files of a forfeited conversation not committed here (the cancelled run's, or an
+    edit made meanwhile) would block the merge for ever: they are copied under
+    ``aside`` and dropped, so the conversation becomes what the remote holds."""
     ref = f"refs/heads/{branch}"
     for _attempt in range(_ATTEMPTS):
         ours = resolve(worktree, ref)
@@ -68,6 +78,8 @@ def integrate(
             kind = "merge"
             tree, conflicts = _merge_trees(worktree, ours, theirs, remote, forfeit)
             new = _merge_commit(worktree, tree, ours, theirs, remote, conflicts, forfeit)
+        if forfeit and aside is not None:
+            _clear(worktree, forfeit, aside)
         moved = _checkout(worktree, ours, new)
         if moved:
             return Integration("busy", ours, ours, reason=moved)
@@ -81,6 +93,34 @@ def integrate(
         # A commit landed meanwhile: the worktree already holds their files, and the
         # next merge takes the new tip (any file it committed is the same on both sides).
     return Integration("busy", reason=f"{branch} kept moving under {_ATTEMPTS} attempts")
+
+
+def _clear(worktree: Path, prefixes: Sequence[str], aside: Path) -> None:
+    """Save aside, then drop, what differs from the tip under ``prefixes``."""
+    listed = gitcli.run(
+        worktree, ["status", "--porcelain", "-z", "--untracked-files=all", "--", *prefixes]
+    ).stdout
+    entries = [e for e in listed.split("\0") if len(e) > 3]
+    if not entries:
+        return
+    saved = aside / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    for entry in entries:
+        path = worktree / entry[3:]
+        if path.is_file() and not path.is_symlink():
+            target = saved / entry[3:]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+    log.warning(
+        "sync: %d uncommitted file(s) of forfeited conversation(s) %s saved in %s",
+        len(entries),
+        ", ".join(prefixes),
+        saved,
+    )
+    gitcli.run(worktree, ["checkout", "-f", "HEAD", "--", *prefixes], check=False)
+    for entry in entries:
+        if entry.startswith("??"):
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                (worktree / entry[3:]).unlink()
 
 
 def _checkout(worktree: Path, ours: str, new: str) -> str:
