@@ -225,12 +225,16 @@ def _ensure_branch(root: Path, branch: str) -> None:
     gitcli.run(root, ["update-ref", "-m", "jpfs: start the record", ref, commit, ""], check=False)
 
 
+def identity_env(root: Path) -> dict[str, str] | None:
+    """The environment for a git command that writes a commit of jpfs's own: None when
+    git knows who the user is, else one with jpfs's fallback identity."""
+    if gitcli.run(root, ["var", "GIT_COMMITTER_IDENT"], check=False).returncode == 0:
+        return None
+    return {**os.environ, **_FALLBACK_IDENTITY}
+
+
 def _run_id(root: Path, args: list[str], stdin: str, *, identity: bool = False) -> str:
-    env = None
-    if identity:
-        known = gitcli.run(root, ["var", "GIT_COMMITTER_IDENT"], check=False).returncode == 0
-        if not known:
-            env = {**os.environ, **_FALLBACK_IDENTITY}
+    env = identity_env(root) if identity else None
     out = gitcli.run(root, args, input=stdin, env=env).stdout.strip()
     if not out:
         raise GitError(f"git {args[0]} printed no object id")

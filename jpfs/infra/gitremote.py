@@ -108,17 +108,6 @@ def _parse_porcelain(text: str) -> dict[str, tuple[str, str]]:
     return refs
 
 
-def list_refs(repo: Path, pattern: str) -> dict[str, str]:
-    """Local refs matching ``pattern`` (``for-each-ref`` syntax): name -> object id."""
-    out = gitcli.run(repo, ["for-each-ref", "--format=%(objectname) %(refname)", pattern]).stdout
-    found: dict[str, str] = {}
-    for line in out.splitlines():
-        oid, _, name = line.partition(" ")
-        if name:
-            found[name] = oid
-    return found
-
-
 def resolve(repo: Path, ref: str) -> str | None:
     """The commit ``ref`` names, or None when there is no such ref (in process)."""
     try:

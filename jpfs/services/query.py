@@ -68,7 +68,7 @@ def query(
 
     ``on_text`` gets the text of its work turns as the provider streams it (``None``
     when a turn begins); its sub-agents' turns are not streamed."""
-    from jpfs.services.sync import engine as sync_engine  # only a run needs it
+    from jpfs.services.sync import claims  # only a run needs it
 
     runner = runner or Runner(ws)
     if conv_id is None:
@@ -81,7 +81,7 @@ def query(
     # input being written and this caller running it.
     with (
         locks.conversation_lock(ws.local_dir, target, wait=runner.lock_wait),
-        sync_engine.claimed(ws, target),
+        claims.claimed(ws, target),
     ):
         if conv_id is None:
             conv = lifecycle.new_conversation(

@@ -152,6 +152,14 @@ def test_three_daemons_share_the_work_and_survive_a_sigkill(
             message="a third of the turns to start",
         )
         os.kill(pids["d1"], signal.SIGKILL)
+        # What the dead daemon asked the model about but never pushed: the only turns
+        # that may be asked again (by whoever takes its lease over).
+        pushed = {
+            int(line.split("/")[0].removeprefix("t-"))
+            for line in git(remote, "ls-tree", "-r", "--name-only", "jpfs-record").splitlines()
+            if line.endswith("/result.md")
+        }
+        unpushed_by_d1 = {n for n, keys in asked().items() if "key-d1" in keys} - pushed
         keys_at_kill = Counter(key_of(r) for r in api_env.requests)
         assert keys_at_kill["key-d1"] > 0, keys_at_kill  # d1 did take a share of the work
 
@@ -179,7 +187,7 @@ def test_three_daemons_share_the_work_and_survive_a_sigkill(
         twice = {n: keys for n, keys in seen.items() if len(keys) > 1}
         for number, keys in twice.items():
             assert len(keys) == 2 and keys[0] == "key-d1" and keys[1] != "key-d1", (number, keys)
-        assert len(twice) <= 4, twice  # at most d1's four agents were in flight
+        assert set(twice) <= unpushed_by_d1, (twice, unpushed_by_d1)
         if twice:
             assert takeovers >= 1
         # The record holds each turn once: one assistant event per conversation, everywhere.

@@ -9,7 +9,7 @@ from jpfs.cli.context import Format, note, out, out_json, state
 
 def sync(fmt: Format = "text") -> None:
     """Commit edits made here, take the remote's record, push ours (sync.remote)."""
-    from jpfs.services.sync.engine import sync_by_hand
+    from jpfs.services.sync.manual import sync_by_hand
 
     done = sync_by_hand(state.ws())
     if fmt == "json":

@@ -15,6 +15,8 @@ import contextlib
 import datetime as dt
 import fcntl
 import json
+import logging
+import logging.handlers
 import os
 import signal
 import subprocess
@@ -259,3 +261,25 @@ class Signals:
 
     def _hangup(self, signum: int, frame: FrameType | None) -> None:
         self.rescan()
+
+
+def setup_logging(ws: Workspace, *, stderr: bool) -> logging.Handler:
+    """The daemon's log: ``daemon.log``, rotated; also stderr for ``daemon run``."""
+    files = Files.of(ws)
+    ws.ensure_local()
+    handler = logging.handlers.RotatingFileHandler(
+        files.log,
+        maxBytes=int(ws.config["daemon.log_max_bytes"]),
+        backupCount=int(ws.config["daemon.log_backups"]),
+        encoding="utf-8",
+    )
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(fmt)
+    root = logging.getLogger("jpfs")
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    if stderr:
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(fmt)
+        root.addHandler(console)
+    return handler

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import logging.handlers
 import os
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -427,30 +426,9 @@ class Daemon:
 # -- logging -------------------------------------------------------------------------------------
 
 
-def setup_logging(ws: Workspace, *, stderr: bool) -> logging.Handler:
-    files = process.Files.of(ws)
-    ws.ensure_local()
-    handler = logging.handlers.RotatingFileHandler(
-        files.log,
-        maxBytes=int(ws.config["daemon.log_max_bytes"]),
-        backupCount=int(ws.config["daemon.log_backups"]),
-        encoding="utf-8",
-    )
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handler.setFormatter(fmt)
-    root = logging.getLogger("jpfs")
-    root.setLevel(logging.INFO)
-    root.addHandler(handler)
-    if stderr:
-        console = logging.StreamHandler(sys.stderr)
-        console.setFormatter(fmt)
-        root.addHandler(console)
-    return handler
-
-
 def serve(ws: Workspace, *, stderr: bool, cfg: Sequence[str] = ()) -> int:
     """``jpfs daemon run``: the foreground daemon, signals handled."""
-    setup_logging(ws, stderr=stderr)
+    process.setup_logging(ws, stderr=stderr)
     daemon = Daemon(ws, cfg)
     signals = process.Signals(daemon.stop, daemon.force, daemon.reconciler.request_scan)
     signals.install()

@@ -24,7 +24,8 @@ from jpfs.infra import gitremote
 from jpfs.services.daemon import actions
 from jpfs.services.daemon.actions import Need, Verdict
 from jpfs.services.daemon.pool import Pool
-from jpfs.services.sync.engine import SyncEngine, adopt_engine
+from jpfs.services.sync.claims import adopt_engine
+from jpfs.services.sync.engine import SyncEngine
 
 log = logging.getLogger("jpfs.services.daemon")
 

@@ -14,17 +14,16 @@ one cycle by hand.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
-from jpfs.errors import GitError, JpfsError, LockError
+from jpfs.errors import GitError, JpfsError
 from jpfs.infra import gitcli, gitremote
 from jpfs.infra.gitremote import Update
 from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
@@ -365,102 +364,3 @@ class SyncEngine:
             "conflicts": self.stats.conflicts,
             "last_error": self.stats.last_error,
         }
-
-
-@dataclass(frozen=True)
-class HandSync:
-    """What one ``jpfs sync`` did."""
-
-    remote: str
-    machine: str
-    committed: str | None  # the commit of edits not committed before, if any
-    integrated: str  # "up-to-date", "fast-forward", "merge" or "busy"
-    head: str | None
-    conflicts: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "remote": self.remote,
-            "machine": self.machine,
-            "committed": self.committed,
-            "integrated": self.integrated,
-            "head": self.head,
-            "conflicts": self.conflicts,
-        }
-
-
-def sync_by_hand(ws: Workspace) -> HandSync:
-    """``jpfs sync``: commit what was written here, take the remote's record, push ours.
-
-    For a clone with no daemon (a laptop where a human writes ``task.md``); with a
-    daemon running it is one more cycle, harmless. Holds no lease: it never acts *for*
-    a conversation, it only moves files."""
-    from jpfs.errors import ConfigError
-
-    if not ws.config["sync.remote"]:
-        raise ConfigError(
-            "sync.remote is not set: name the git remote that shares the record,"
-            " e.g. `jpfs config set sync.remote origin`"
-        )
-    ws.ensure_record()
-    engine = SyncEngine(ws)
-    committed = ws.committer.commit_pending(
-        "jpfs: edits synced by hand", (("Jpfs-Event", "edit"), ("Jpfs-Machine", engine.machine))
-    )
-    outcome = engine.sync_once()
-    head = gitremote.resolve(ws.root, f"refs/heads/{ws.record_branch}")
-    return HandSync(engine.remote, engine.machine, committed, outcome.kind, head, outcome.conflicts)
-
-
-# -- one engine per workspace and process ------------------------------------------------------
-
-_engines: dict[str, SyncEngine] = {}
-_engines_lock = threading.Lock()
-
-
-def adopt_engine(engine: SyncEngine | None, ws: Workspace) -> None:
-    """Make ``engine`` (a daemon's, whose thread pushes) the one this process uses for
-    ``ws``; None forgets it."""
-    with _engines_lock:
-        if engine is None:
-            _engines.pop(str(ws.root), None)
-        else:
-            _engines[str(ws.root)] = engine
-
-
-@contextlib.contextmanager
-def claimed(ws: Workspace, conv_id: str) -> Iterator[None]:
-    """Hold ``conv_id``'s lease while the block runs a turn (a no-op without
-    ``sync.remote``): every run, whoever starts it (the daemon, ``jpfs query``, a
-    parent's ``jp_query``), is claimed on the remote first, so no peer runs it too.
-
-    In a process with no daemon's engine, the results and the lease's release are
-    pushed when the block ends."""
-    if not ws.config["sync.remote"]:
-        yield
-        return
-    with _engines_lock:
-        engine = _engines.get(str(ws.root))
-    own = engine is None
-    if engine is None:
-        engine = SyncEngine(ws)
-    if engine.book.holds(conv_id):
-        yield  # claimed by whoever runs us (the daemon's job): it releases
-        return
-    if not engine.claim(conv_id):
-        why = engine.refusal.pop(conv_id, "")
-        raise LockError(
-            f"{conv_id} cannot be claimed here: {why}; try again"
-            if why
-            else f"{conv_id} is being run on another machine sharing the record"
-            f" ({engine.remote}); try again when its lease is released"
-        )
-    try:
-        yield
-    finally:
-        engine.release(conv_id)
-        if own:
-            try:
-                engine.sync_once()
-            except JpfsError as exc:
-                log.warning("sync after the run of %s: %s; `jpfs sync` pushes it", conv_id, exc)

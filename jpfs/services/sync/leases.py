@@ -71,7 +71,6 @@ class LeaseBook:
         self._seq = 0
         self._repo: pygit2.Repository | None = None
         self.forfeited: set[str] = set()
-        self.takeovers = 0
 
     # -- what the remote holds -------------------------------------------------------------
     def observe(self, remote: dict[str, str]) -> None:

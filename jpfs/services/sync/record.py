@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jpfs.core import recordbranch
 from jpfs.errors import GitError
 from jpfs.infra import gitcli
 from jpfs.infra.gitremote import is_ancestor, resolve
@@ -219,21 +220,7 @@ def _merge_commit(
     trailers += [f"Jpfs-Forfeit: {prefix}" for prefix in forfeit]
     message = f"jpfs: sync with {remote}\n\n" + "\n".join(trailers) + "\n"
     args = ["commit-tree", tree, "-p", ours, "-p", theirs]
-    return gitcli.run(repo, args, input=message, env=_identity_env(repo)).stdout.strip()
-
-
-def _identity_env(repo: Path) -> dict[str, str] | None:
-    if gitcli.run(repo, ["var", "GIT_COMMITTER_IDENT"], check=False).returncode == 0:
-        return None
-    fallback = {"NAME": "jpfs", "EMAIL": "jpfs@localhost"}
-    return {
-        **os.environ,
-        **{
-            f"GIT_{who}_{key}": value
-            for who in ("AUTHOR", "COMMITTER")
-            for key, value in fallback.items()
-        },
-    }
+    return gitcli.run(repo, args, input=message, env=recordbranch.identity_env(repo)).stdout.strip()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,54 @@
+"""``jpfs sync``: one cycle by hand, for a clone with no daemon."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jpfs.core.workspace import Workspace
+from jpfs.errors import ConfigError
+from jpfs.infra import gitremote
+from jpfs.services.sync.engine import SyncEngine
+
+
+@dataclass(frozen=True)
+class HandSync:
+    """What one ``jpfs sync`` did."""
+
+    remote: str
+    machine: str
+    committed: str | None  # the commit of edits not committed before, if any
+    integrated: str  # "up-to-date", "fast-forward", "merge" or "busy"
+    head: str | None
+    conflicts: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "remote": self.remote,
+            "machine": self.machine,
+            "committed": self.committed,
+            "integrated": self.integrated,
+            "head": self.head,
+            "conflicts": self.conflicts,
+        }
+
+
+def sync_by_hand(ws: Workspace) -> HandSync:
+    """``jpfs sync``: commit what was written here, take the remote's record, push ours.
+
+    For a clone with no daemon (a laptop where a human writes ``task.md``); with a
+    daemon running it is one more cycle, harmless. Holds no lease: it never acts *for*
+    a conversation, it only moves files."""
+    if not ws.config["sync.remote"]:
+        raise ConfigError(
+            "sync.remote is not set: name the git remote that shares the record,"
+            " e.g. `jpfs config set sync.remote origin`"
+        )
+    ws.ensure_record()
+    engine = SyncEngine(ws)
+    committed = ws.committer.commit_pending(
+        "jpfs: edits synced by hand", (("Jpfs-Event", "edit"), ("Jpfs-Machine", engine.machine))
+    )
+    outcome = engine.sync_once()
+    head = gitremote.resolve(ws.root, f"refs/heads/{ws.record_branch}")
+    return HandSync(engine.remote, engine.machine, committed, outcome.kind, head, outcome.conflicts)
