@@ -173,7 +173,12 @@ class Daemon:
         temporary files of dead writers, files a crash left uncommitted, and a look at
         every conversation that changed since the last daemon saw it."""
         started = time.monotonic()
-        self.start_watching()
+        try:
+            self.start_watching()
+        except JpfsError as exc:
+            # Ready was already said: keep serving on the periodic scans, and say so.
+            log.error("%s: only the periodic scans see changes now", exc)
+            self.record_error(f"file watcher: {exc}; only the periodic scans see changes")
         swept = recovery.sweep_debris(self.ws)
         if swept:
             log.info("removed %d temporary file(s) or dir(s) left by killed processes", swept)
