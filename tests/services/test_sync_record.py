@@ -147,7 +147,7 @@ def test_of_two_claims_at_once_exactly_one_wins(
 def test_an_expired_lease_is_taken_over_and_the_late_work_is_forfeit(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = make_remote(tmp_path, ws, cli, lease="0.5")
+    remote = make_remote(tmp_path, ws, cli, lease="0.5", interval="0.1")
     other = clone_of(remote, tmp_path / "other", cli)
     slow, fast = engine_at(ws), engine_at(other)
     conv = "work"
@@ -188,6 +188,21 @@ def test_an_expired_lease_is_taken_over_and_the_late_work_is_forfeit(
     assert (saved / conv / "result.md").read_text(encoding="utf-8") == "later still\n"
     assert (saved / conv / "notes.md").read_text(encoding="utf-8") == "mine\n"
     assert not (ws / "conversations" / conv / "notes.md").exists()
+
+
+@pytest.mark.parametrize(
+    "key,value,says",
+    [("lease", "0", "must be positive"), ("interval", "-1", "must be positive"),
+     ("lease", "1", "at least 3 x sync.interval")],
+)  # fmt: skip
+def test_sync_timings_out_of_range_are_refused_with_the_fix(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result], key: str, value: str, says: str
+) -> None:
+    make_remote(tmp_path, ws, cli)
+    assert cli("config", "set", "--", f"sync.{key}", value).code == 0
+    done = cli("sync")
+    assert done.code == 1 and says in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("key,value", [("lease", '"soon"'), ("interval", "[1]")])

@@ -23,7 +23,7 @@ from typing import Any
 
 from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
-from jpfs.errors import GitError, JpfsError
+from jpfs.errors import ConfigError, GitError, JpfsError
 from jpfs.infra import gitcli, gitremote
 from jpfs.infra.gitremote import Update
 from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
@@ -63,6 +63,17 @@ class SyncEngine:
         self.ws = ws
         self.remote = str(ws.config["sync.remote"])
         self.interval = float(ws.config["sync.interval"])
+        lease = float(ws.config["sync.lease"])
+        if not 0 < self.interval <= 3600 or not 0 < lease <= 86400:
+            raise ConfigError(
+                f"sync.interval ({self.interval:g}) and sync.lease ({lease:g}) must be positive"
+                " numbers of seconds (at most an hour and a day): `jpfs config set sync.lease 30`"
+            )
+        if lease < 3 * self.interval:
+            raise ConfigError(
+                f"sync.lease ({lease:g} s) must be at least 3 x sync.interval"
+                f" ({self.interval:g} s): a lease is renewed every third of it"
+            )
         self.machine = machine_name(ws)
         self.incarnation = incarnation or new_incarnation()
         self.branch = ws.record_branch
@@ -70,9 +81,7 @@ class SyncEngine:
         gitremote.check_remote(self.repo, self.remote)
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
-        self.book = LeaseBook(
-            self.repo, self.machine, self.incarnation, float(ws.config["sync.lease"])
-        )
+        self.book = LeaseBook(self.repo, self.machine, self.incarnation, lease)
         self.stats = SyncStats()
         self.on_lost = on_lost or (lambda conv_id: None)
         self.wake = threading.Event()
@@ -80,6 +89,7 @@ class SyncEngine:
         self.refusal: dict[str, str] = {}  # why the last claim of a conversation failed
         self._pull_started = float("-inf")
         self._last_pull: Integration | None = None
+        self._busy = ""  # why the last merge had to wait (said once, not every cycle)
 
     # -- one cycle ---------------------------------------------------------------------------
     def sync_once(self, *, push: bool = True) -> Integration:
@@ -128,10 +138,11 @@ class SyncEngine:
                     ", ".join(outcome.conflicts),
                 )
             self._last_pull = outcome
-            if outcome.kind == "busy":
+            if outcome.kind == "busy" and outcome.reason != self._busy:
                 log.info(
                     "sync: the record is busy here (%s); merging at the next cycle", outcome.reason
                 )
+            self._busy = outcome.reason if outcome.kind == "busy" else ""
             return outcome
 
     def pull_since(self, moment: float) -> Integration:
