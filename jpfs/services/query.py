@@ -24,6 +24,7 @@ from jpfs.services import inputs, lifecycle, onboarding
 from jpfs.services.handoff import Ask
 from jpfs.services.handoff import Outcome as Outcome  # its home: the client needs it light
 from jpfs.services.runtime import Runner
+from jpfs.services.sync import claims
 
 if TYPE_CHECKING:
     from jpfs.infra.committer import Identity
@@ -68,8 +69,6 @@ def query(
 
     ``on_text`` gets the text of its work turns as the provider streams it (``None``
     when a turn begins); its sub-agents' turns are not streamed."""
-    from jpfs.services.sync import claims  # only a run needs it
-
     runner = runner or Runner(ws)
     if conv_id is None:
         if parent is not None:

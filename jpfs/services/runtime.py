@@ -41,6 +41,7 @@ from jpfs.errors import (
 )
 from jpfs.infra.providers.base import Provider, Reply, Request
 from jpfs.services import inputs, onboarding, reports, runs, trust
+from jpfs.services.sync import claims
 
 log = logging.getLogger("jpfs.services.runtime")
 
@@ -166,7 +167,9 @@ class Runner:
 
     def run_locked(self, conv: Conversation) -> State:
         # A registered run: kill cancels it, and caller mail is delivered (jpfs.services.runs).
-        return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
+        # With peers sharing the record, claimed on the remote first (re-entrant).
+        with claims.claimed(self.ws, conv.id):
+            return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
 
     def drive(self, conv: Conversation) -> State:
         turns = 0

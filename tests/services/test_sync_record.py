@@ -268,3 +268,36 @@ def test_a_query_on_a_conversation_another_machine_holds_is_refused(
     api_env.responder = lambda request: text_reply("Went on.")
     done = cli("query", "--id", "job", "--non-interactive", "Go on.")
     assert done.code == 0, done.stderr
+
+
+def test_a_run_longer_than_the_lease_keeps_it_renewed(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result], api_env: MessagesServer
+) -> None:
+    use_only_agent(ws, "syncer", AGENT)
+    remote = make_remote(tmp_path, ws, cli, lease="0.6", interval="0.2")
+    other = clone_of(remote, tmp_path / "other", cli)
+    rival = engine_at(other)
+    seen: dict[str, object] = {}
+
+    def lease_value() -> str:
+        return git(remote, "for-each-ref", "--format=%(objectname)", "refs/jpfs/leases/").strip()
+
+    def respond(request: dict[str, object]) -> object:
+        # The model takes several leases' time: the lease must be renewed meanwhile,
+        # and a peer watching it must never see it expire.
+        first = lease_value()
+        rival.fetch()
+        wait_until(lambda: lease_value() not in ("", first), timeout=10, message="a renewal")
+        # The model's own think time, longer than the lease, while a peer watches.
+        threading.Event().wait(2.0)
+        rival.fetch()
+        seen["rival"] = rival.claim("long")
+        return text_reply("Long answer.")
+
+    api_env.responder = respond  # type: ignore[assignment]
+    assert cli("conversation", "new", "long", "--no-activate").code == 0
+    done = cli("query", "--id", "long", "--non-interactive", "Think long.")
+    assert done.code == 0, done.stderr
+    assert seen["rival"] is False  # renewed, never expired in the peer's eyes
+    assert lease_value() == ""  # given back at the end, with the result
+    assert "Long answer." in git(remote, "show", "jpfs-record:long/result.md")

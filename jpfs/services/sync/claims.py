@@ -11,15 +11,31 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from jpfs.core.workspace import Workspace
-from jpfs.errors import JpfsError, LockError
+from jpfs.errors import LockError
 from jpfs.services.sync.engine import SyncEngine
 
 log = logging.getLogger("jpfs.services.sync")
 
 _engines: dict[str, SyncEngine] = {}
 _engines_lock = threading.Lock()
+
+
+@dataclass
+class _Own:
+    """An engine this process made for its runs (no daemon's here): shared by every
+    run in the process, its thread renews their leases and pushes; the last run out
+    stops it, after a last push."""
+
+    engine: SyncEngine
+    stop: threading.Event
+    thread: threading.Thread
+    users: int = 0
+
+
+_own: dict[str, _Own] = {}
 
 
 def adopt_engine(engine: SyncEngine | None, ws: Workspace) -> None:
@@ -32,39 +48,71 @@ def adopt_engine(engine: SyncEngine | None, ws: Workspace) -> None:
             _engines[str(ws.root)] = engine
 
 
+def _enter(ws: Workspace) -> tuple[SyncEngine, bool]:
+    """The engine for ``ws`` (the daemon's, or this process's own, started if need be);
+    True when it is this process's own (then :func:`_leave` must follow)."""
+    key = str(ws.root)
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is not None:
+            return engine, False
+        own = _own.get(key)
+        if own is None:
+            made = SyncEngine(ws)
+            stop = threading.Event()
+            thread = threading.Thread(
+                target=made.loop, args=(stop,), name="jpfs-sync-runs", daemon=True
+            )
+            own = _own[key] = _Own(made, stop, thread)
+            thread.start()
+        own.users += 1
+        return own.engine, True
+
+
+def _leave(ws: Workspace) -> None:
+    key = str(ws.root)
+    with _engines_lock:
+        own = _own[key]
+        own.users -= 1
+        if own.users:
+            return
+        del _own[key]
+    own.stop.set()
+    own.engine.wake.set()
+    own.thread.join()  # its last cycle pushes the results and gives the leases back
+    if own.engine.stats.last_error:
+        log.warning("sync after the run: %s; `jpfs sync` pushes it", own.engine.stats.last_error)
+
+
 @contextlib.contextmanager
 def claimed(ws: Workspace, conv_id: str) -> Iterator[None]:
     """Hold ``conv_id``'s lease while the block runs a turn (a no-op without
     ``sync.remote``): every run, whoever starts it (the daemon, ``jpfs query``, a
-    parent's ``jp_query``), is claimed on the remote first, so no peer runs it too.
+    background run, a parent's ``jp_query``), is claimed on the remote first, so no
+    peer runs it too. Re-entrant: a run claimed by its caller is not claimed again.
 
-    In a process with no daemon's engine, the results and the lease's release are
-    pushed when the block ends."""
+    In a process with no daemon, a thread renews the leases while runs last, and the
+    results and the leases' release are pushed when the last run ends."""
     if not ws.config["sync.remote"]:
         yield
         return
-    with _engines_lock:
-        engine = _engines.get(str(ws.root))
-    own = engine is None
-    if engine is None:
-        engine = SyncEngine(ws)
-    if engine.book.holds(conv_id):
-        yield  # claimed by whoever runs us (the daemon's job): it releases
-        return
-    if not engine.claim(conv_id):
-        why = engine.refusal.pop(conv_id, "")
-        raise LockError(
-            f"{conv_id} cannot be claimed here: {why}; try again"
-            if why
-            else f"{conv_id} is being run on another machine sharing the record"
-            f" ({engine.remote}); try again when its lease is released"
-        )
+    engine, own = _enter(ws)
     try:
-        yield
+        if engine.book.holds(conv_id):
+            yield  # claimed by whoever runs us (the daemon's job, the query): it releases
+            return
+        if not engine.claim(conv_id):
+            why = engine.refusal.pop(conv_id, "")
+            raise LockError(
+                f"{conv_id} cannot be claimed here: {why}; try again"
+                if why
+                else f"{conv_id} is being run on another machine sharing the record"
+                f" ({engine.remote}); try again when its lease is released"
+            )
+        try:
+            yield
+        finally:
+            engine.release(conv_id)
     finally:
-        engine.release(conv_id)
         if own:
-            try:
-                engine.sync_once()
-            except JpfsError as exc:
-                log.warning("sync after the run of %s: %s; `jpfs sync` pushes it", conv_id, exc)
+            _leave(ws)

@@ -69,7 +69,7 @@ class SyncEngine:
                 f"sync.interval ({self.interval:g}) and sync.lease ({lease:g}) must be positive"
                 " numbers of seconds (at most an hour and a day): `jpfs config set sync.lease 30`"
             )
-        if lease < 3 * self.interval:
+        if lease < 3 * self.interval - 1e-9:  # 0.6 is three times 0.2
             raise ConfigError(
                 f"sync.lease ({lease:g} s) must be at least 3 x sync.interval"
                 f" ({self.interval:g} s): a lease is renewed every third of it"
