@@ -190,3 +190,28 @@ def api_env(messages_server, monkeypatch: pytest.MonkeyPatch):  # type: ignore[n
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", messages_server.url)
     return messages_server
+
+
+def share_record(tmp_path: Path, ws: Path, cli: Callable[..., Result], **keys: str) -> Path:
+    """A bare remote for ``ws``'s project with ``sync.remote = "origin"`` (and any other
+    ``sync.*`` keys) committed, and the record pushed there by ``jpfs sync``."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(ws, "remote", "add", "origin", str(remote))
+    assert cli("config", "set", "sync.remote", "origin").code == 0
+    for key, value in keys.items():
+        assert cli("config", "set", f"sync.{key}", value).code == 0
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", "share the record")
+    git(ws, "push", "-q", "origin", "main")
+    done = cli("sync")
+    assert done.code == 0, done.stderr
+    return remote
+
+
+def clone_sharing(remote: Path, path: Path, cli: Callable[..., Result]) -> Path:
+    """A clone of ``remote`` whose record is attached by ``jpfs sync``."""
+    git(remote.parent, "clone", "-q", str(remote), str(path))
+    done = cli("sync", cwd=path)
+    assert done.code == 0, done.stderr
+    return path

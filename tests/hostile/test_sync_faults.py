@@ -10,19 +10,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import Result, git, jpfs_subprocess, running_daemon, wait_until
-
-
-def shared_workspace(tmp_path: Path, ws: Path, cli: Callable[..., Result]) -> Path:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(ws, "remote", "add", "origin", str(remote))
-    for key, value in (("sync.remote", "origin"), ("sync.interval", "0.2")):
-        assert cli("config", "set", key, value).code == 0
-    git(ws, "add", "-A")
-    git(ws, "commit", "-q", "-m", "share the record")
-    assert cli("sync").code == 0
-    return remote
+from tests.conftest import Result, git, jpfs_subprocess, running_daemon, share_record, wait_until
 
 
 def sync_status(ws: Path) -> dict[str, object]:
@@ -33,7 +21,7 @@ def sync_status(ws: Path) -> dict[str, object]:
 def test_a_vanished_remote_leaves_the_daemon_working_and_loses_nothing(
     tmp_path: Path, ws: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = shared_workspace(tmp_path, ws, cli)
+    remote = share_record(tmp_path, ws, cli, interval="0.2")
     aside = tmp_path / "aside.git"
     with running_daemon(ws):
         wait_until(lambda: sync_status(ws).get("last_fetch_s") is not None, timeout=20)
@@ -63,7 +51,7 @@ def test_a_vanished_remote_leaves_the_daemon_working_and_loses_nothing(
 def test_junk_under_the_lease_refs_is_not_mistaken_for_a_lease(
     tmp_path: Path, ws: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = shared_workspace(tmp_path, ws, cli)
+    remote = share_record(tmp_path, ws, cli, interval="0.2")
     empty_tree = git(ws, "hash-object", "-w", "-t", "tree", "/dev/null").strip()
     git(ws, "push", "-q", "origin", f"{empty_tree}:refs/jpfs/leases/junk")
     # Plain files (no task.md): nothing for a daemon to claim, so the junk stays alone.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,30 +15,16 @@ import pytest
 from jpfs.core.workspace import open_workspace
 from jpfs.services.sync.engine import SyncEngine
 from jpfs.services.sync.leases import lease_ref
-from tests.conftest import Result, git, rgit, use_only_agent, wait_until
+from tests.conftest import (
+    Result,
+    clone_sharing,
+    git,
+    rgit,
+    share_record,
+    use_only_agent,
+    wait_until,
+)
 from tests.messages_server import MessagesServer, text_reply
-
-
-def make_remote(tmp_path: Path, ws: Path, cli: Callable[..., Result], **keys: str) -> Path:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(ws, "remote", "add", "origin", str(remote))
-    assert cli("config", "set", "sync.remote", "origin").code == 0
-    for key, value in keys.items():
-        assert cli("config", "set", f"sync.{key}", value).code == 0
-    git(ws, "add", "-A")
-    git(ws, "commit", "-q", "-m", "share the record")
-    git(ws, "push", "-q", "origin", "main")
-    done = cli("sync")
-    assert done.code == 0, done.stderr
-    return remote
-
-
-def clone_of(remote: Path, path: Path, cli: Callable[..., Result]) -> Path:
-    git(remote.parent, "clone", "-q", str(remote), str(path))
-    done = cli("sync", cwd=path)
-    assert done.code == 0, done.stderr
-    return path
 
 
 def test_sync_needs_a_remote_and_names_the_fix(ws: Path, cli: Callable[..., Result]) -> None:
@@ -54,8 +41,8 @@ def test_sync_needs_a_remote_and_names_the_fix(ws: Path, cli: Callable[..., Resu
 def test_sync_carries_a_task_written_on_one_clone_to_another(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = make_remote(tmp_path, ws, cli)
-    laptop = clone_of(remote, tmp_path / "laptop", cli)
+    remote = share_record(tmp_path, ws, cli)
+    laptop = clone_sharing(remote, tmp_path / "laptop", cli)
     (laptop / "conversations" / "hello").mkdir()
     (laptop / "conversations" / "hello" / "task.md").write_text("# Hi\n", encoding="utf-8")
     sent = cli("sync", "--format", "json", cwd=laptop)
@@ -78,8 +65,8 @@ def test_sync_carries_a_task_written_on_one_clone_to_another(
 def test_a_file_changed_on_both_clones_keeps_both_versions(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = make_remote(tmp_path, ws, cli, machine="desk")
-    laptop = clone_of(remote, tmp_path / "laptop", cli)
+    remote = share_record(tmp_path, ws, cli, machine="desk")
+    laptop = clone_sharing(remote, tmp_path / "laptop", cli)
     assert cli("config", "set", "sync.machine", "laptop", cwd=laptop).code == 0
     conv = "conversations/notes"
     for clone_ in (ws, laptop):
@@ -112,8 +99,8 @@ def engine_at(path: Path) -> SyncEngine:
 def test_of_two_claims_at_once_exactly_one_wins(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = make_remote(tmp_path, ws, cli)
-    other = clone_of(remote, tmp_path / "other", cli)
+    remote = share_record(tmp_path, ws, cli)
+    other = clone_sharing(remote, tmp_path / "other", cli)
     engines = [engine_at(ws), engine_at(other)]
     for engine in engines:
         engine.sync_once()
@@ -147,8 +134,8 @@ def test_of_two_claims_at_once_exactly_one_wins(
 def test_an_expired_lease_is_taken_over_and_the_late_work_is_forfeit(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = make_remote(tmp_path, ws, cli, lease="0.5", interval="0.1")
-    other = clone_of(remote, tmp_path / "other", cli)
+    remote = share_record(tmp_path, ws, cli, lease="0.5", interval="0.1")
+    other = clone_sharing(remote, tmp_path / "other", cli)
     slow, fast = engine_at(ws), engine_at(other)
     conv = "work"
     (ws / "conversations" / conv).mkdir()
@@ -198,7 +185,7 @@ def test_an_expired_lease_is_taken_over_and_the_late_work_is_forfeit(
 def test_sync_timings_out_of_range_are_refused_with_the_fix(
     ws: Path, tmp_path: Path, cli: Callable[..., Result], key: str, value: str, says: str
 ) -> None:
-    make_remote(tmp_path, ws, cli)
+    share_record(tmp_path, ws, cli)
     assert cli("config", "set", "--", f"sync.{key}", value).code == 0
     done = cli("sync")
     assert done.code == 1 and says in done.stderr, done.stderr
@@ -225,7 +212,7 @@ def test_jpfs_query_holds_the_lease_while_it_runs_and_pushes_after(
     ws: Path, tmp_path: Path, cli: Callable[..., Result], api_env: MessagesServer
 ) -> None:
     use_only_agent(ws, "syncer", AGENT)
-    remote = make_remote(tmp_path, ws, cli)
+    remote = share_record(tmp_path, ws, cli)
     leases_during: list[str] = []
 
     def respond(request: dict[str, object]) -> object:
@@ -252,10 +239,10 @@ def test_a_query_on_a_conversation_another_machine_holds_is_refused(
     ws: Path, tmp_path: Path, cli: Callable[..., Result], api_env: MessagesServer
 ) -> None:
     use_only_agent(ws, "syncer", AGENT)
-    remote = make_remote(tmp_path, ws, cli)
+    remote = share_record(tmp_path, ws, cli)
     assert cli("conversation", "new", "job", "--no-activate").code == 0
     assert cli("sync").code == 0
-    other = clone_of(remote, tmp_path / "other", cli)
+    other = clone_sharing(remote, tmp_path / "other", cli)
     holder = engine_at(other)
     holder.sync_once()
     assert holder.claim("job")
@@ -274,8 +261,8 @@ def test_a_run_longer_than_the_lease_keeps_it_renewed(
     ws: Path, tmp_path: Path, cli: Callable[..., Result], api_env: MessagesServer
 ) -> None:
     use_only_agent(ws, "syncer", AGENT)
-    remote = make_remote(tmp_path, ws, cli, lease="0.6", interval="0.2")
-    other = clone_of(remote, tmp_path / "other", cli)
+    remote = share_record(tmp_path, ws, cli, lease="0.6", interval="0.2")
+    other = clone_sharing(remote, tmp_path / "other", cli)
     rival = engine_at(other)
     seen: dict[str, object] = {}
 
@@ -285,11 +272,15 @@ def test_a_run_longer_than_the_lease_keeps_it_renewed(
     def respond(request: dict[str, object]) -> object:
         # The model takes several leases' time: the lease must be renewed meanwhile,
         # and a peer watching it must never see it expire.
-        first = lease_value()
         rival.fetch()
-        wait_until(lambda: lease_value() not in ("", first), timeout=10, message="a renewal")
-        # The model's own think time, longer than the lease, while a peer watches.
-        threading.Event().wait(2.0)
+        watched_from, values = time.monotonic(), {lease_value()}
+
+        def renewed_for_longer_than_the_lease() -> bool:
+            values.add(lease_value())
+            return time.monotonic() - watched_from > 1.5 * 0.6 and len(values) >= 4
+
+        # The model thinks for longer than the lease; meanwhile the holder renews it.
+        wait_until(renewed_for_longer_than_the_lease, timeout=20, interval=0.05)
         rival.fetch()
         seen["rival"] = rival.claim("long")
         return text_reply("Long answer.")
@@ -301,3 +292,30 @@ def test_a_run_longer_than_the_lease_keeps_it_renewed(
     assert seen["rival"] is False  # renewed, never expired in the peer's eyes
     assert lease_value() == ""  # given back at the end, with the result
     assert "Long answer." in git(remote, "show", "jpfs-record:long/result.md")
+
+
+def test_a_sync_that_cannot_merge_says_nothing_was_pushed_and_what_to_do(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = share_record(tmp_path, ws, cli)
+    laptop = clone_sharing(remote, tmp_path / "laptop", cli)
+    (laptop / "conversations" / "new").mkdir()
+    (laptop / "conversations" / "new" / "task.md").write_text("# New\n", encoding="utf-8")
+    assert cli("sync", cwd=laptop).code == 0
+    (ws / "conversations" / "mine").mkdir()
+    (ws / "conversations" / "mine" / "task.md").write_text("# Mine\n", encoding="utf-8")
+    # Someone holds the record worktree's index (a `git add` in progress there).
+    lock = Path(rgit(ws, "rev-parse", "--git-dir").strip())
+    lock = (ws / "conversations" / lock if not lock.is_absolute() else lock) / "index.lock"
+    lock.write_text("", encoding="utf-8")
+    busy = cli("sync")
+    assert busy.code == 1
+    assert "could not be merged here" in busy.stderr
+    assert "your edits are committed here" in busy.stderr
+    assert "nothing was pushed: run `jpfs sync` again" in busy.stderr
+    assert "mine/task.md" not in git(remote, "ls-tree", "-r", "--name-only", "jpfs-record")
+    lock.unlink()
+    done = cli("sync")
+    assert done.code == 0, done.stderr
+    assert "mine/task.md" in git(remote, "ls-tree", "-r", "--name-only", "jpfs-record")
+    assert (ws / "conversations" / "new" / "task.md").is_file()

@@ -106,8 +106,8 @@ class SyncEngine:
                 self.push(record=False)
                 outcome = self.pull()
             raise GitError(
-                f"could not push the record to {self.remote}: peers kept pushing first;"
-                " it is tried again at the next cycle"
+                f"could not push the record to {self.remote}: other machines pushed first"
+                f" {_PUSH_ATTEMPTS} times in a row; the next sync tries again"
             )
 
     def pull(self) -> Integration:

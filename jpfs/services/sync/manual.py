@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jpfs.core.workspace import Workspace
-from jpfs.errors import ConfigError
+from jpfs.errors import ConfigError, GitError
 from jpfs.infra import gitremote
 from jpfs.services.sync.engine import SyncEngine
 
@@ -18,7 +18,7 @@ class HandSync:
     remote: str
     machine: str
     committed: str | None  # the commit of edits not committed before, if any
-    integrated: str  # "up-to-date", "fast-forward", "merge" or "busy"
+    integrated: str  # "up-to-date", "fast-forward" or "merge"
     head: str | None
     conflicts: list[str]
 
@@ -50,5 +50,12 @@ def sync_by_hand(ws: Workspace) -> HandSync:
         "jpfs: edits synced by hand", (("Jpfs-Event", "edit"), ("Jpfs-Machine", engine.machine))
     )
     outcome = engine.sync_once()
+    if outcome.kind == "busy":
+        # Nothing of ours went out (a push must contain theirs): say so, and what to do.
+        done = f"your edits are committed here ({committed[:12]}); " if committed else ""
+        raise GitError(
+            f"the record of {engine.remote} could not be merged here ({outcome.reason});"
+            f" {done}nothing was pushed: run `jpfs sync` again"
+        )
     head = gitremote.resolve(ws.root, f"refs/heads/{ws.record_branch}")
     return HandSync(engine.remote, engine.machine, committed, outcome.kind, head, outcome.conflicts)
