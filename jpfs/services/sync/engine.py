@@ -165,8 +165,6 @@ class SyncEngine:
             if "couldn't find remote ref" not in str(exc):
                 raise
             gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
-        self.stats.fetches += 1
-        self.stats.last_fetch = time.time()
         listed = gitcli.run(
             self.repo,
             [
@@ -185,6 +183,9 @@ class SyncEngine:
                 peers[holder.strip()] = peers.get(holder.strip(), 0) + 1
         self.book.observe(remote)
         self.stats.peers = peers
+        # Last: a status that shows this fetch shows what it found.
+        self.stats.fetches += 1
+        self.stats.last_fetch = time.time()
         return remote
 
     def push(self, *, record: bool = True) -> bool:
