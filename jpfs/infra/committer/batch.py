@@ -2,15 +2,18 @@
 
 Calls queue up; the first caller becomes leader and runs everything queued as one batch
 (the committer turns consecutive changes with the same author into one commit), the
-others wait and get the sha of the commit holding their change. A leader that sees
-other writers active (a commit in the last 0.5 s) waits for them to re-queue while they
-keep arriving (each within 5 ms of the last; 30 ms at most), so concurrent writers fold
-into one commit per round rather than alternating between smaller ones: each commit
-writes the whole index, and a smaller batch competes with the other writers' Python for
-the interpreter. When it is done, the first change queued meanwhile leads the next
-batch. Each waiter sleeps on a lock of its own, released once for it alone: with
-50 writers, waking them all through one condition (each then taking its mutex in turn)
-cost more system time than the commits. Processes serialise on the index and ref locks.
+others wait and get the sha of the commit holding their change. Under concurrency the
+writers of the previous batch (if active: a commit in the last 0.5 s) are re-queueing
+as a leader starts, so it waits for those not yet queued while they keep arriving (each
+within 5 ms of the last; 30 ms at most): concurrent writers fold into one commit per
+round rather than alternating between smaller ones, each paying a commit and competing
+with the other writers' Python for the interpreter. Only they are waited for, not every
+thread that committed lately: one that committed once and went on to other work would
+hold every round until the timeout. When it is done, the first change queued meanwhile
+leads the next batch. Each waiter sleeps on a lock of its own, released once for it
+alone: with 50 writers, waking them all through one condition (each then taking its
+mutex in turn) cost more system time than the commits. Processes serialise on the
+index and ref locks.
 """
 
 from __future__ import annotations
@@ -45,12 +48,14 @@ class Pending:
         "paths",
         "run",
         "snapshot",
+        "writer",
     )
 
     def __init__(self, change: Change, paths: tuple[str, ...], *, heal: bool = False) -> None:
         self.change = change
         self.paths = paths
         self.heal = heal
+        self.writer: int | None = None  # the submitting thread (None: a heal)
         self.snapshot: list[Blob | Dir | None] = []
         self.run: int | None = None
         self.done = False
@@ -93,6 +98,7 @@ class GroupCommit:
         self._queue: list[Pending] = []
         self._leading = False
         self._writers: dict[int, float] = {}  # thread id -> when it last submitted
+        self._previous: frozenset[int] = frozenset()  # the writers of the last batch
         self._wanted = 0  # changes a gathering leader waits for (0: none gathering)
         self._newcomers = 0  # writers first seen since the last batch was taken
         self._last_arrival = 0.0
@@ -115,7 +121,7 @@ class GroupCommit:
             self._queue.append(pending)
             now = time.monotonic()
             if not pending.heal:
-                me = threading.get_ident()
+                me = pending.writer = threading.get_ident()
                 if now - self._writers.get(me, 0.0) >= _ACTIVE_SECONDS:
                     self._newcomers += 1
                 self._writers[me] = now
@@ -134,11 +140,18 @@ class GroupCommit:
             # Asked to lead: the previous leader left this change first in the queue.
         with self._mutex:
             # Under concurrency, the writers of the last batch are re-queueing right now;
-            # a moment's wait folds every active writer into one commit, instead of
-            # commits alternating between groups (each costs a full index write).
+            # a moment's wait folds them into one commit, instead of commits alternating
+            # between groups (each costs a full index write).
             now = time.monotonic()
             self._writers = {t: w for t, w in self._writers.items() if now - w < _ACTIVE_SECONDS}
-            self._wanted = len(self._writers)
+            expected = {t for t in self._previous if t in self._writers}
+            heals = 0
+            for queued in self._queue:
+                if queued.writer is None:
+                    heals += 1
+                else:
+                    expected.add(queued.writer)
+            self._wanted = len(expected) + heals
             cap = now + _GATHER_MAX
             self._last_arrival = max(self._last_arrival, now)
             # Writers not seen before (threads starting together) are gathered while
@@ -152,6 +165,9 @@ class GroupCommit:
             self._wanted = 0
             self._newcomers = 0
             batch, self._queue = self._queue, []
+            writers = frozenset(p.writer for p in batch if p.writer is not None)
+            if writers:  # a heal alone does not stand for the writers
+                self._previous = writers
         try:
             self._run_safely(batch)
         finally:

@@ -37,7 +37,7 @@ from jpfs.infra.committer.plan import Plan, Planner
 from jpfs.infra.committer.refs import Refs
 from jpfs.infra.committer.trees import TreeCache, TreeView
 from jpfs.infra.committer.userindex import UserIndex
-from jpfs.infra.committer.worktree import Blob, Dir, Worktree, check_path
+from jpfs.infra.committer.worktree import Blob, Dir, Worktree, check_path, refuse_links
 from jpfs.infra.gitdirs import common_dir
 
 _FALLBACK_NAME = "jpfs"
@@ -75,6 +75,7 @@ class Committer:
         if not workdir:
             raise GitError(f"{repo_root} is a bare repository; jpfs needs a working tree")
         self._root = Path(workdir)
+        self._root_str = os.fspath(self._root)
         self._gitdir = Path(self._repo.path)
         self._commondir = common_dir(self._gitdir)
         self._owned = tuple(_normalize_owned(p) for p in owned)
@@ -130,10 +131,10 @@ class Committer:
         """Commit the current working-tree state of ``change.paths``.
 
         Returns the sha of the commit containing the change, or None if none of its
-        paths differ from the tip. Raises :class:`ScopeError` for paths outside ``owned``.
+        paths differ from the tip. Raises :class:`ScopeError` for paths outside ``owned``
+        or beyond a symbolic link (then nothing of the change is committed).
         """
-        checked: set[str] = set()
-        paths = tuple(check_path(self._root, self._owned, p, checked) for p in change.paths)
+        paths = tuple(check_path(self._owned, p) for p in change.paths)
         return self._group.submit(Pending(change, paths))
 
     def commit_pending(
@@ -222,11 +223,14 @@ class Committer:
             if item.heal:
                 item.succeed(None)  # the commit below re-syncs recent paths anyway
         batch = [item for item in batch if not item.heal]
-        _, tip = self._refs.resolve_head()
+        ref, tip = self._refs.resolve_head()
         view = self._trees.view(self._repo, self._tree_of(tip))
         reads: dict[str, Blob | Dir | None] = {}
+        checked: set[str] = set()
         for item in batch:
             try:
+                for path in item.paths:
+                    refuse_links(self._root_str, path, checked)
                 item.snapshot = [
                     self._worktree.read(self._repo, p, view, reads) for p in item.paths
                 ]
@@ -236,12 +240,13 @@ class Committer:
                 item.fail(translate(exc))
         live = [item for item in batch if not item.done]
         if live:
-            self._commit_batch(live)
+            self._commit_batch(live, ref, tip)
 
     # -- building and landing commits ----------------------------------------------------
 
-    def _commit_batch(self, live: list[Pending]) -> None:
-        ref, tip = self._refs.resolve_head()
+    def _commit_batch(self, live: list[Pending], ref: str, tip: str | None) -> None:
+        # ``tip`` as the snapshot was taken: if the ref moved since, the compare-and-swap
+        # fails and the commit is rebuilt on the new tip.
         plan = self._plan(live, tip)
         if plan.new_tip is None and self._index.agrees(plan.entries, plan.tree):
             for item in live:

@@ -66,11 +66,21 @@ class Refs:
         return self._commondir
 
     def _read_loose(self, name: str) -> str | None:
+        # os.open, not open(): a buffered file costs 9 system calls where 3 do, and every
+        # batch reads HEAD and its branch.
         try:
-            with open(self._base(name) / name, "rb") as fh:
-                return fh.read().decode().strip()
+            fd = os.open(os.path.join(self._base(name), name), os.O_RDONLY | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+        try:
+            chunks = [os.read(fd, 4096)]
+            while len(chunks[-1]) == 4096:  # a ref is 41 bytes: one read
+                chunks.append(os.read(fd, 4096))
+        except IsADirectoryError:
+            return None
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode().strip()
 
     def _read_packed(self, name: str) -> str | None:
         path = self._commondir / "packed-refs"

@@ -48,12 +48,10 @@ class Dir:
     files: dict[str, Blob]
 
 
-def check_path(
-    root: Path, owned: tuple[str, ...], raw: str, checked: set[str] | None = None
-) -> str:
+def check_path(owned: tuple[str, ...], raw: str) -> str:
     """``raw`` as a repo-relative path under ``owned`` (anywhere if ``owned`` is empty;
-    ``""`` then names the whole tree); :class:`ScopeError` if it is not. ``checked``
-    holds the directories already found not to be links, for the paths of one change."""
+    ``""`` then names the whole tree); :class:`ScopeError` if it is not. Lexical only:
+    :func:`refuse_links` looks at the disk."""
     path = raw.rstrip("/")
     if not path and not owned:
         return path  # the whole tree
@@ -70,19 +68,27 @@ def check_path(
     if owned and not any(path == p or path.startswith(p + "/") for p in owned):
         listed = ", ".join(owned)
         raise ScopeError(f"{raw!r} is outside the paths jpfs commits here ({listed})")
-    # git refuses paths beyond a symlink; following one could commit foreign files.
+    return path
+
+
+def refuse_links(root: str, path: str, checked: set[str]) -> None:
+    """:class:`ScopeError` if a directory on the way to ``path`` is a symbolic link: git
+    refuses paths beyond one, and following it could commit foreign files. ``checked``
+    holds the directories already found not to be links, for the paths of one batch.
+
+    The committer runs this on the leader, just before it reads the paths: in the writer
+    threads, each ``lstat`` cost every other thread a hand-off of the interpreter."""
+    parts = path.split("/")
     for depth in range(1, len(parts)):
         parent = "/".join(parts[:depth])
-        if checked is not None and parent in checked:
+        if parent in checked:
             continue
         try:
             if stat.S_ISLNK(os.lstat(os.path.join(root, parent)).st_mode):
-                raise ScopeError(f"{raw!r} is beyond a symbolic link ({parts[depth - 1]})")
+                raise ScopeError(f"{path!r} is beyond a symbolic link ({parts[depth - 1]})")
         except (FileNotFoundError, NotADirectoryError):
-            break
-        if checked is not None:
-            checked.add(parent)
-    return path
+            return
+        checked.add(parent)
 
 
 class Worktree:
