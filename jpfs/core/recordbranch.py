@@ -62,7 +62,6 @@ IGNORE = """# jpfs: editors' swap/backup files and jpfs's temporary files
 WORKTREE_SETTINGS = (
     ("core.sparseCheckout", "false"),
     ("core.sparseCheckoutCone", "false"),
-    ("core.splitIndex", "false"),
     ("index.sparse", "false"),
 )
 _FALLBACK_IDENTITY = {

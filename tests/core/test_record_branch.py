@@ -106,6 +106,10 @@ def test_split_index_survives_init_activity_and_a_user_commit(
     ]
     assert git(repo, "status", "--porcelain") == ""
     assert any(p.name.startswith("sharedindex.") for p in (repo / ".git").iterdir())
+    # The record's worktree inherits the setting: jpfs writes its index split too.
+    record_gitdir = repo / ".git" / "worktrees" / "conversations"
+    assert any(p.name.startswith("sharedindex.") for p in record_gitdir.iterdir())
+    assert rgit(repo, "status", "--porcelain") == ""
 
 
 def test_sparse_checkout_and_sparse_index_do_not_reach_the_record(

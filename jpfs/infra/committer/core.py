@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pygit2
@@ -35,6 +35,7 @@ from jpfs.infra.committer.maintenance import Maintenance
 from jpfs.infra.committer.objects import Objects, write_loose, write_pack
 from jpfs.infra.committer.plan import Plan, Planner
 from jpfs.infra.committer.refs import Refs
+from jpfs.infra.committer.splitindex import SplitPolicy
 from jpfs.infra.committer.trees import TreeCache, TreeView
 from jpfs.infra.committer.userindex import UserIndex
 from jpfs.infra.committer.worktree import Blob, Dir, Worktree, check_path, refuse_links
@@ -48,6 +49,8 @@ _PACK_MIN = 16  # objects from which a commit's objects go into one packfile
 _REPACK_EVERY = 25  # packfiles written between two geometric repacks
 _DEFAULT_PENDING_TRAILERS: tuple[tuple[str, str], ...] = (("Jpfs-Event", "recover"),)
 _HEAL = Change((), "jpfs: heal the index")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
 
 
 class Committer:
@@ -115,6 +118,7 @@ class Committer:
             self._owners,
             fsync=fsync,
             skip_hash=self._skip_hash,
+            split=self._split,
             head_tree=self._head_tree,
             request_heal=lambda: self._group.submit(Pending(_HEAL, (), heal=True)),
         )
@@ -191,6 +195,7 @@ class Committer:
         # git >= 2.40 writes (and accepts) a null index checksum when asked to: at 100k
         # entries that saves ~5 ms of SHA-1 per index write.
         self._skip_hash = (get("index.skipHash") or "").lower() in ("true", "yes", "on", "1")
+        self._split = _split_policy(get)
 
     def _identity(self, kind: str, override: Identity | None) -> pygit2.Signature:
         if override is not None:
@@ -340,6 +345,22 @@ def _normalize_owned(prefix: str) -> str:
     if not path or any(part in ("", ".", "..") for part in path.split("/")):
         raise ValueError(f"invalid owned prefix {prefix!r}")
     return path
+
+
+def _split_policy(get: Callable[[str], str | None]) -> SplitPolicy:
+    """git's split-index settings (``git help config``); a value git would reject is
+    taken as unset, as jpfs only ever writes an index git then reads."""
+    flag = (get("core.splitIndex") or "").lower()
+    enabled = True if flag in _TRUE else False if flag in _FALSE else None
+    try:
+        percent = int(get("splitIndex.maxPercentChange") or 20)
+    except ValueError:
+        percent = 20
+    return SplitPolicy(
+        enabled=enabled,
+        max_percent=min(max(percent, 0), 100),
+        clean=get("splitIndex.sharedIndexExpire") is None,
+    )
 
 
 def _local_offset_minutes() -> int:

@@ -4,42 +4,36 @@ Writing a 100k-entry index with libgit2 costs ~33 ms (SHA-1DC hashing), more tha
 rest of a commit, so the index is handled here: entries stay in memory as their on-disk
 bytes in chunks with cached joined bytes, re-parsed only when the file's stat identity
 changed (someone else wrote it); changes go in by bisect; the file is re-emitted with a
-gathered write and OpenSSL SHA-1 (~10-13 ms at 100k entries, ~1-2 ms at 10k). New
+gathered write and OpenSSL SHA-1. A large index is written split
+(:mod:`jpfs.infra.committer.splitindex`): only what changed since its shared base. New
 entries carry the stat data of the file we read (fstat before reading, as git does), so
 ``git status`` does not rehash them. As in git, racily clean entries are re-checked
 against the working tree and smudged (size 0) if modified (see :meth:`FastIndex.save`).
 The cache-tree (``TREE``, :mod:`jpfs.infra.committer.cachetree`) is invalidated along
 changed paths; ``REUC`` is kept; other optional extensions (``UNTR``, ``FSMN``, ``EOIE``,
 ``IEOT``) are dropped, which only costs git a rebuild. Index version 4 goes through
-libgit2 (slower; entries without stat data). Split or sparse indexes (mandatory
-extensions ``link``, ``sdir``) raise :class:`IndexUnsupported`."""
+libgit2 (:mod:`jpfs.infra.committer.libgit2index`). Sparse indexes (mandatory extension
+``sdir``) raise :class:`IndexUnsupported`."""
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import hashlib
 import os
-import secrets
 import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pygit2
-
+from jpfs.infra.committer import splitindex
 from jpfs.infra.committer.cachetree import CacheTree
 from jpfs.infra.committer.fileio import file_stamp, replace_file
+from jpfs.infra.committer.indexentries import IndexUnsupported, IndexVersion4, parse_entries
+from jpfs.infra.committer.splitindex import NO_SPLIT, SplitCorrupt, SplitPolicy, SplitState
+
+__all__ = ["MASK32", "FastIndex", "IndexFile", "IndexUnsupported", "IndexVersion4"]
 
 MASK32 = 0xFFFFFFFF
-
-
-class IndexUnsupported(Exception):
-    """An index this codec must not rewrite (split, sparse, corrupt, unknown)."""
-
-
-class IndexVersion4(IndexUnsupported):
-    """Index version 4 (prefix-compressed paths): handled through libgit2."""
 
 
 class IndexFile:
@@ -66,6 +60,7 @@ class IndexFile:
         *,
         fsync: bool,
         skip_hash: bool,
+        split: SplitPolicy = NO_SPLIT,
     ) -> None:
         """Replace the index file (whose lock the caller holds) with this content."""
         raise NotImplementedError
@@ -115,51 +110,23 @@ class FastIndex(IndexFile):
         self.racy: dict[bytes, int] = {}
         self.racy_floor = _NEVER  # no racy entry is older than this (seconds)
         self.stamp: tuple[int, int, int, int] | None = None
+        self.split: SplitState | None = None  # the base this index is split from
 
     @classmethod
     def empty(cls) -> FastIndex:
         return cls(2)
 
     @classmethod
-    def parse(cls, data: bytes, st: os.stat_result) -> FastIndex:
-        if len(data) < 32 or data[:4] != b"DIRC":
-            raise IndexUnsupported("not a git index file")
-        version, count = struct.unpack_from(">II", data, 4)
-        if version == 4:
-            raise IndexVersion4("index version 4")
-        if version not in (2, 3):
-            raise IndexUnsupported(f"index version {version}")
-        body, checksum = data[:-20], data[-20:]
-        if checksum != b"\0" * 20 and hashlib.sha1(body).digest() != checksum:
-            raise IndexUnsupported("index checksum mismatch")
+    def parse(cls, data: bytes, st: os.stat_result, gitdir: Path | None = None) -> FastIndex:
+        """The index file ``data`` (stat ``st``); a split index's base is read from
+        ``gitdir`` (none given: a split index is :class:`IndexUnsupported`)."""
+        version, keys, raws, off = parse_entries(data)
+        body = data[:-20]
         index = cls(version)
         index.mtime_sec = int(st.st_mtime)
         index.stamp = file_stamp(st)
-        keys: list[bytes] = []
-        raws: list[bytes] = []
-        racy = index.racy
+        link: bytes | None = None
         unpack = struct.unpack_from
-        find = body.find
-        newer = index.mtime_sec
-        stages = [b"\0\0", b"\0\1", b"\0\2", b"\0\3"]
-        off = 12
-        for _ in range(count):
-            flags = (body[off + 60] << 8) | body[off + 61]
-            start = off + (64 if flags & 0x4000 else 62)
-            length = flags & 0xFFF
-            end = find(b"\0", start) if length == 0xFFF else start + length
-            size = (end - off + 8) & ~7
-            path = body[start:end]
-            keys.append(path + stages[(flags >> 12) & 3])
-            raws.append(body[off : off + size])
-            if unpack(">I", body, off + 8)[0] >= newer:
-                racy[path] = unpack(">I", body, off + 8)[0]
-            off += size
-        index.racy_floor = newer  # every racy entry is at least as new as the file
-        for at in range(0, len(keys), _CHUNK):
-            index.chunks.append(_Chunk(keys[at : at + _CHUNK], raws[at : at + _CHUNK]))
-            index.firsts.append(keys[at])
-        index.count = len(keys)
         while off + 8 <= len(body):
             sig = body[off : off + 4]
             (length,) = unpack(">I", body, off + 4)
@@ -172,10 +139,30 @@ class FastIndex(IndexFile):
                     index.cache_tree = None  # optional cache; dropping it is always valid
             elif sig == b"REUC":
                 index.reuc = payload
+            elif sig == b"link" and gitdir is not None:
+                link = payload
             elif not b"A" <= sig[:1] <= b"Z":
                 raise IndexUnsupported(f"mandatory index extension {sig!r}")
         if off != len(body):
             raise IndexUnsupported("truncated index")
+        if link is not None and gitdir is not None:
+            try:
+                index.split, keys, raws = splitindex.merge_base(
+                    index.version, link, gitdir, keys, raws
+                )
+            except SplitCorrupt as exc:
+                raise IndexUnsupported(f"split index: {exc}") from exc
+        newer = index.mtime_sec
+        racy = index.racy
+        for key, raw in zip(keys, raws, strict=True):
+            mtime = unpack(">I", raw, 8)[0]
+            if mtime >= newer:
+                racy[key[:-2]] = mtime
+        index.racy_floor = newer  # every racy entry is at least as new as the file
+        for at in range(0, len(keys), _CHUNK):
+            index.chunks.append(_Chunk(keys[at : at + _CHUNK], raws[at : at + _CHUNK]))
+            index.firsts.append(keys[at])
+        index.count = len(keys)
         return index
 
     def _slices(self, lo: bytes, hi: bytes) -> list[tuple[_Chunk, int, int]]:
@@ -199,6 +186,8 @@ class FastIndex(IndexFile):
             for key in chunk.keys[i:j]:
                 path = key[:-2]
                 self.racy.pop(path, None)
+                if self.split is not None:
+                    self.split.delete(key)
                 if self.cache_tree is not None:
                     self.cache_tree.invalidate(path)
             del chunk.keys[i:j]
@@ -223,6 +212,8 @@ class FastIndex(IndexFile):
         chunk.keys.insert(i, key)
         chunk.raws.insert(i, raw)
         chunk.joined = None
+        if self.split is not None:
+            self.split.set(key, raw)
         self.firsts[at] = chunk.keys[0]
         self.count += 1
         if len(chunk.keys) > 2 * _CHUNK:
@@ -301,6 +292,8 @@ class FastIndex(IndexFile):
             if raw[36:40] != b"\0\0\0\0" and racy_modified(path, raw):
                 chunk.raws[i] = raw[:36] + b"\0\0\0\0" + raw[40:]
                 chunk.joined = None
+                if self.split is not None:
+                    self.split.set(chunk.keys[i], chunk.raws[i])
         self.racy_floor = min(self.racy.values(), default=_NEVER)
         return cut
 
@@ -312,6 +305,7 @@ class FastIndex(IndexFile):
         *,
         fsync: bool,
         skip_hash: bool,
+        split: SplitPolicy = NO_SPLIT,
     ) -> None:
         # git re-checks each racily clean entry (mtime not older than the index's, in
         # seconds) before writing a later index, which would make it look clean for
@@ -321,8 +315,12 @@ class FastIndex(IndexFile):
         # racy for every reader (an earlier index mtime only widens that set). A second
         # is over a little after the clock says so: file timestamps may lag behind.
         cut = self._smudge_racy(racy_modified, int(time.time() - _CLOCK_SLACK))
-        parts = [b"DIRC" + struct.pack(">II", self.version, self.count)]
-        parts.extend(chunk.data() for chunk in self.chunks)
+        if split.wanted(self.count, self.split is not None):
+            parts = self._split_parts(index_path.parent, tmp_dir, split, fsync)
+        else:
+            self.split = None
+            parts = [b"DIRC" + struct.pack(">II", self.version, self.count)]
+            parts.extend(chunk.data() for chunk in self.chunks)
         if self.cache_tree is not None:
             payload = self.cache_tree.serialize()
             parts += [b"TREE", struct.pack(">I", len(payload)), payload]
@@ -343,63 +341,28 @@ class FastIndex(IndexFile):
             self.racy = {p: m for p, m in self.racy.items() if m >= self.mtime_sec}
             self.racy_floor = min(self.racy.values(), default=_NEVER)
 
-
-class Libgit2Index(IndexFile):
-    """Fallback for index version 4, through a pygit2 Index bound to a private path."""
-
-    def __init__(self, index: pygit2.Index, tmp: Path) -> None:
-        self._index = index
-        self._tmp = tmp
-
-    @classmethod
-    def load(cls, index_path: Path, tmp_dir: Path, st: os.stat_result) -> Libgit2Index:
-        tmp = tmp_dir / f"tmp-index-{os.getpid()}-{secrets.token_hex(6)}"
-        # A hard link lets libgit2 read the real index while writing elsewhere: we hold
-        # index.lock, so libgit2 must not try to take it.
-        os.link(index_path, tmp)
-        try:
-            index = pygit2.Index(str(tmp))
-        except pygit2.GitError as exc:
-            raise IndexUnsupported(str(exc)) from exc
-        finally:
-            os.unlink(tmp)
-        result = cls(index, tmp)
-        result.stamp = file_stamp(st)
-        return result
-
-    def get(self, path: bytes) -> tuple[bytes, int] | None:
-        name = os.fsdecode(path)
-        try:
-            entry = self._index[name]  # stage 0 only: a conflicted path raises
-        except KeyError:
-            return None
-        return entry.id.raw, int(entry.mode)
-
-    def set(self, path: bytes, oid: bytes, mode: int, st: os.stat_result | None) -> None:
-        name = os.fsdecode(path)
-        self.remove(path)
-        with contextlib.suppress(pygit2.GitError, OSError, KeyError):
-            self._index.remove_directory(name)  # a directory the file replaces
-        self._index.add(pygit2.IndexEntry(name, pygit2.Oid(raw=oid), pygit2.enums.FileMode(mode)))
-
-    def remove(self, path: bytes) -> bool:
-        name = os.fsdecode(path)
-        found = False
-        for stage in range(4):
-            with contextlib.suppress(pygit2.GitError, OSError, KeyError):
-                self._index.remove(name, stage)
-                found = True
-        return found
-
-    def save(
-        self,
-        index_path: Path,
-        tmp_dir: Path,
-        racy_modified: Callable[[bytes, bytes], bool],
-        *,
-        fsync: bool,
-        skip_hash: bool,
-    ) -> None:
-        self._index.write()
-        os.rename(self._tmp, index_path)
-        self.stamp = file_stamp(os.stat(index_path))
+    def _split_parts(
+        self, gitdir: Path, tmp_dir: Path, policy: SplitPolicy, fsync: bool
+    ) -> list[bytes]:
+        """The entries and ``link`` extension of a split index, on a new base when the
+        split part has outgrown ``policy.max_percent`` of the index."""
+        state = self.split
+        if state is None or state.changes() * 100 > policy.max_percent * self.count:
+            entries = [chunk.data() for chunk in self.chunks]
+            sha = splitindex.write_shared(gitdir, tmp_dir, self.version, self.count, entries, fsync)
+            keys = [key for chunk in self.chunks for key in chunk.keys]
+            raws = [raw for chunk in self.chunks for raw in chunk.raws]
+            state = self.split = SplitState(sha, keys, raws)
+            if policy.clean:
+                splitindex.expire_shared(gitdir, {sha})
+        else:
+            state.freshen(gitdir)
+        count, entries = state.entries()
+        link = state.link()
+        return [
+            b"DIRC" + struct.pack(">II", self.version, count),
+            *entries,
+            b"link",
+            struct.pack(">I", len(link)),
+            link,
+        ]

@@ -23,9 +23,10 @@ re-sync the paths committed in the last 10 s (up to 128), at the next commit and
 10 s after a commit, within 10 ms from a watcher that polls the index's stat. The
 working-tree files survive in any case, and ``commit_pending()`` recommits them.
 
-The file itself goes through :mod:`jpfs.infra.committer.indexfile`. Split or sparse indexes
-are left alone: the commit lands and ``git status`` lists the paths until the user's
-next ``git add``/``git reset``.
+The file itself goes through :mod:`jpfs.infra.committer.indexfile`, split from a shared
+base when large or when git split it (:mod:`jpfs.infra.committer.splitindex`). Sparse
+indexes, and split ones whose base is gone, are left alone: the commit lands and
+``git status`` lists the paths until the user's next ``git add``/``git reset``.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ from jpfs.infra.committer.indexfile import (
     IndexFile,
     IndexUnsupported,
     IndexVersion4,
-    Libgit2Index,
 )
+from jpfs.infra.committer.libgit2index import Libgit2Index
 from jpfs.infra.committer.lockfile import acquire
+from jpfs.infra.committer.splitindex import SplitPolicy
 from jpfs.infra.committer.trees import TreeView
 from jpfs.infra.committer.worktree import Blob
 
@@ -82,6 +84,7 @@ class UserIndex:
         *,
         fsync: bool,
         skip_hash: bool,
+        split: SplitPolicy,
         head_tree: Callable[[], TreeView],
         request_heal: Callable[[], object],
     ) -> None:
@@ -90,6 +93,7 @@ class UserIndex:
         self._owners = owners
         self._fsync = fsync
         self._skip_hash = skip_hash
+        self._split = split
         self._head_tree = head_tree
         self._request_heal = request_heal
         self._index_cache: IndexFile | None = None
@@ -122,7 +126,7 @@ class UserIndex:
         self._index_cache = None
         try:
             data = path.read_bytes()
-            loaded: IndexFile = FastIndex.parse(data, st)
+            loaded: IndexFile = FastIndex.parse(data, st, self._gitdir)
         except IndexVersion4:
             loaded = Libgit2Index.load(path, self._private, st)
         except IndexUnsupported as exc:
@@ -154,6 +158,7 @@ class UserIndex:
                     self._racy_modified,
                     fsync=self._fsync,
                     skip_hash=self._skip_hash,
+                    split=self._split,
                 )
                 index.foreign = False
         except BaseException:
