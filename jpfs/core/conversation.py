@@ -101,6 +101,7 @@ class Conversation:
         self._config: dict[str, Any] | None = None
         self._agent: str | None = None
         self._listing: _Listing | None = None
+        self._events: str | None = None  # events_dir as a string, built once
 
     def __repr__(self) -> str:
         return f"Conversation({self.id!r})"
@@ -212,6 +213,13 @@ class Conversation:
     def events_dir(self) -> Path:
         return self.path / EVENTS
 
+    def _events_str(self) -> str:
+        # An append and its commit name events/ up to eight times; with 50 writer threads
+        # sharing one interpreter, each Path built costs them all.
+        if self._events is None:
+            self._events = os.path.join(self.path, EVENTS)
+        return self._events
+
     def event_names(self) -> list[tuple[int, str, str]]:
         """(seq, role, filename) sorted by seq, from names only (no reads).
 
@@ -226,8 +234,9 @@ class Conversation:
         directory has settled. What that can miss for at most 50 ms: a file named out
         of sequence by hand in the same clock tick as a jpfs write.
         """
+        events = self._events_str()
         try:
-            st = os.stat(self.events_dir)
+            st = os.stat(events)
         except (FileNotFoundError, NotADirectoryError):
             self._listing = None
             return []
@@ -239,7 +248,7 @@ class Conversation:
             if not _settled(st) and self._tail_unchanged(cached.names):
                 return list(cached.names)
         try:
-            names = os.listdir(self.events_dir)
+            names = os.listdir(events)
         except (FileNotFoundError, NotADirectoryError):
             self._listing = None
             return []
@@ -262,7 +271,7 @@ class Conversation:
         cached = self._listing
         if cached is not None:
             try:
-                st = os.stat(self.events_dir)
+                st = os.stat(self._events_str())
             except (FileNotFoundError, NotADirectoryError):
                 self._listing = None
                 return []
@@ -272,13 +281,11 @@ class Conversation:
 
     def _tail_unchanged(self, names: list[tuple[int, str, str]]) -> bool:
         """Whether the last listed event still exists and none numbered next does."""
-        base = os.fspath(self.events_dir)
-        if names and not os.path.lexists(os.path.join(base, names[-1][2])):
+        base = self._events_str()
+        if names and not os.path.lexists(f"{base}/{names[-1][2]}"):
             return False
-        following = names[-1][0] + 1 if names else 1
-        return not any(
-            os.path.lexists(os.path.join(base, f"{following:04d}-{role}.md")) for role in ROLES
-        )
+        following = f"{base}/{(names[-1][0] + 1 if names else 1):04d}-"
+        return not any(os.path.lexists(f"{following}{role}.md") for role in ROLES)
 
     def events(self, last: int | None = None) -> list[Event]:
         names = self.event_names()
@@ -319,7 +326,7 @@ class Conversation:
         # The listing plus our own file; the directory has just changed, so it stays
         # unsettled and the next look checks its tail (see event_names).
         try:
-            st = os.stat(self.events_dir)
+            st = os.stat(self._events_str())
         except OSError:
             self._listing = None
         else:

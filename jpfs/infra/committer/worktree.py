@@ -60,7 +60,10 @@ def check_path(owned: tuple[str, ...], raw: str) -> str:
         not path
         or path.startswith("/")
         or "\0" in path
-        or any(part in ("", ".", "..") or part.lower() == ".git" for part in parts)
+        or "" in parts
+        or "." in parts
+        or ".." in parts
+        or (".git" in path.lower() and any(part.lower() == ".git" for part in parts))
     ):
         raise ScopeError(f"{raw!r} is not a repo-relative path")
     if path == _LOCAL_DIR or path.startswith(_LOCAL_DIR + "/"):
@@ -78,6 +81,8 @@ def refuse_links(root: str, path: str, checked: set[str]) -> None:
 
     The committer runs this on the leader, just before it reads the paths: in the writer
     threads, each ``lstat`` cost every other thread a hand-off of the interpreter."""
+    if path.rpartition("/")[0] in checked:
+        return  # and so are the directories above it: they are checked top-down
     parts = path.split("/")
     for depth in range(1, len(parts)):
         parent = "/".join(parts[:depth])
