@@ -200,3 +200,38 @@ def test_a_corrupt_object_is_reported_and_the_run_goes_on_once_repaired(hostile_
             path.write_bytes(good)
         assert "echo: Say hello again." in wait_result(hostile_ws, "second")
         assert_healthy(hostile_ws)
+
+
+def test_a_split_record_index_with_a_broken_base_is_said_and_commits_go_on(
+    hostile_ws: Path,
+) -> None:
+    subprocess.run(["git", "config", "core.splitIndex", "true"], cwd=hostile_ws, check=True)
+    record_gitdir = hostile_ws / ".git" / "worktrees" / "conversations"
+    with running_daemon(hostile_ws):
+        start_conversation(hostile_ws, "first", "Say hello.\n")
+        wait_result(hostile_ws, "first")
+        wait_until(
+            lambda: rgit(hostile_ws, "status", "--porcelain") == "", timeout=10, message="commit"
+        )
+    bases = list(record_gitdir.glob("sharedindex.*"))
+    assert bases, "the record's index is split"
+    for base in bases:
+        base.write_bytes(b"x" * base.stat().st_size)
+    with running_daemon(hostile_ws):
+        start_conversation(hostile_ws, "second", "Say hello again.\n")
+        assert "echo: Say hello again." in wait_result(hostile_ws, "second")
+        wait_until(
+            lambda: "is left as it is" in daemon_log(hostile_ws),
+            timeout=10,
+            message="the daemon log to name the broken index and its fix",
+        )
+        wait_until(
+            lambda: "second" in rgit(hostile_ws, "log", "-1", "--format=%(trailers)"),
+            timeout=10,
+            message="the second conversation's commit",
+        )
+        # The fix the log gives, verbatim in spirit: the index is rebuilt from HEAD.
+        (record_gitdir / "index").unlink()
+        subprocess.run(["git", "reset", "-q"], cwd=hostile_ws / "conversations", check=True)
+        assert rgit(hostile_ws, "status", "--porcelain") == ""
+        assert_healthy(hostile_ws)

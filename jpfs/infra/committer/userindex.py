@@ -107,6 +107,7 @@ class UserIndex:
         self._stopping = threading.Event()
         self._verified: dict[bytes, tuple[tuple[int, int, int, int], bytes]] = {}
         self._root_bytes = os.fsencode(root)
+        self._unsupported: tuple[int, int, int, int] | None = None  # its stamp, once said
 
     def close(self) -> None:
         """Stop the watcher and forget the cached index."""
@@ -120,9 +121,12 @@ class UserIndex:
         except FileNotFoundError:
             self._index_cache = FastIndex.empty()
             return self._index_cache
+        stamp = file_stamp(st)
         cached = self._index_cache
-        if cached is not None and cached.stamp == file_stamp(st):
+        if cached is not None and cached.stamp == stamp:
             return cached
+        if stamp == self._unsupported:
+            return None  # said once; read again when someone rewrites it
         self._index_cache = None
         try:
             data = path.read_bytes()
@@ -130,7 +134,15 @@ class UserIndex:
         except IndexVersion4:
             loaded = Libgit2Index.load(path, self._private, st)
         except IndexUnsupported as exc:
-            log.debug("leaving the index alone: %s", exc)
+            self._unsupported = stamp
+            log.warning(
+                "%s is left as it is (%s): commits still land, but `git status` there"
+                " lists them until the index is rebuilt: rm %s && git -C %s reset -q",
+                path,
+                exc,
+                path,
+                self._root_bytes.decode(errors="replace"),
+            )
             return None
         loaded.foreign = True
         self._index_cache = loaded
