@@ -211,7 +211,7 @@ def test_a_split_record_index_with_a_broken_base_is_said_and_commits_go_on(
         start_conversation(hostile_ws, "first", "Say hello.\n")
         wait_result(hostile_ws, "first")
         wait_until(
-            lambda: rgit(hostile_ws, "status", "--porcelain") == "", timeout=10, message="commit"
+            lambda: rgit(hostile_ws, "status", "--porcelain") == "", timeout=30, message="commit"
         )
     bases = list(record_gitdir.glob("sharedindex.*"))
     assert bases, "the record's index is split"
@@ -222,12 +222,12 @@ def test_a_split_record_index_with_a_broken_base_is_said_and_commits_go_on(
         assert "echo: Say hello again." in wait_result(hostile_ws, "second")
         wait_until(
             lambda: "is left as it is" in daemon_log(hostile_ws),
-            timeout=10,
+            timeout=30,
             message="the daemon log to name the broken index and its fix",
         )
         wait_until(
             lambda: "second" in rgit(hostile_ws, "log", "-1", "--format=%(trailers)"),
-            timeout=10,
+            timeout=30,
             message="the second conversation's commit",
         )
         # The fix the log gives, verbatim in spirit: the index is rebuilt from HEAD.

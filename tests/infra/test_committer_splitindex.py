@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import jpfs.infra.committer.indexentries as indexentries
 import jpfs.infra.committer.indexfile as indexfile
 import jpfs.infra.committer.splitindex as splitindex
 from jpfs.infra.committer import Change, Committer
@@ -35,7 +36,8 @@ def listing(repo: Path) -> dict[str, list[str]]:
 def ours(index: indexfile.FastIndex) -> dict[str, list[str]]:
     found = {}
     for chunk in index.chunks:
-        for key, raw in zip(chunk.keys, chunk.raws, strict=True):
+        for raw in chunk.raws:
+            key = indexentries.key_of(raw)
             mode = int.from_bytes(raw[24:28], "big")
             found[key[:-2].decode()] = [f"{mode:06o}", raw[40:60].hex(), str(key[-1])]
     return found
@@ -129,6 +131,8 @@ def test_random_edits_through_a_split_index(
     git's view after each save, and jpfs re-reads the same entries."""
     monkeypatch.setattr(indexfile, "_CHUNK", 4)
     monkeypatch.setattr(splitindex, "_CHUNK", 3)
+    monkeypatch.setattr(indexfile, "_KEYED", 2)
+    monkeypatch.setattr(splitindex, "_SPARSE", 5)
     repo = seeded(tmp_path, 60)
     index = load(repo)
     model = {p: v[:2] for p, v in listing(repo).items()}
@@ -219,3 +223,24 @@ def test_a_split_index_whose_base_is_gone_is_left_alone(tmp_path: Path) -> None:
     assert git(repo, "rev-parse", "HEAD").strip() == sha
     broken = subprocess.run(["git", "status"], cwd=repo, capture_output=True, text=True)
     assert broken.returncode != 0  # git's own verdict on that index, untouched by jpfs
+
+
+def test_a_shared_index_out_of_order_is_refused(tmp_path: Path) -> None:
+    # Git dies on such an index ("unordered stage entries"); the base's position lookups
+    # bisect, so an unordered base must not be taken either.
+    repo = seeded(tmp_path, 12)
+    data = (repo / ".git/index").read_bytes()
+    version, raws, _ = indexentries.parse_entries(data)
+    gitdir = repo / ".git"
+    empty = ewah_encode(bytearray(8), len(raws))
+
+    def link(parts: list[bytes]) -> bytes:
+        sha = splitindex.write_shared(gitdir, tmp_path, version, len(parts), parts, False)
+        return sha + empty + empty
+
+    state, merged = splitindex.merge_base(version, link(raws), gitdir, [])
+    assert merged == raws
+    assert state.changes() == 0
+    swapped = [raws[1], raws[0], *raws[2:]]
+    with pytest.raises(splitindex.SplitCorrupt, match="out of order"):
+        splitindex.merge_base(version, link(swapped), gitdir, [])
