@@ -25,7 +25,7 @@ Every number comes from a real ``jpfs daemon run`` process on a real repository
   N (default 10,000), a first start (no ``daemon-seen.json``) and a restart, the sizes
   interleaved round by round. Target: ready at N / ready at 100 <= 3. Then, at N: the
   daemon's RSS once ready, a full rescan (SIGHUP), a periodic one, and the RSS once a
-  run has committed (target <= 150 MB).
+  run has committed and after 200 more tasks (target <= 150 MB).
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -207,6 +207,9 @@ def burst_vs_serial(
     }
 
 
+_WAVES, _WAVE = 5, 40  # tasks after the first run, before the RSS "after 200 tasks"
+
+
 def starts(base: Path, sizes: list[int], rounds: int) -> dict[str, Any]:
     """First start and restart, to ready and to caught up, at each size, interleaved;
     then RSS and scans at the largest."""
@@ -262,6 +265,15 @@ def starts(base: Path, sizes: list[int], rounds: int) -> dict[str, Any]:
         log = big / ".jpfs" / "local" / "daemon.log"
         daemon.wait(lambda _: "SDK loaded" in log.read_text(errors="replace"), 120, "SDK")
         out["rss_worked_mb"] = daemon.rss_mb()
+        # And after 200 more tasks, in waves of 40: what a daemon holds once it has
+        # worked a while (caches full, memory fragmented), not just after its first run.
+        for wave in range(_WAVES):
+            ids = [f"rss-wave-{wave}-{n}" for n in range(_WAVE)]
+            for conv_id in ids:
+                (big / "conversations" / conv_id).mkdir()
+                save(big / "conversations" / conv_id / "task.md", f"Task {conv_id}.\n")
+            wait_idle(big, ids, 600)
+        out["rss_sustained_mb"] = daemon.rss_mb()
     finally:
         daemon.stop()
     empty = make_workspace(base / "start-empty")
@@ -384,11 +396,19 @@ def run_starts(base: Path, sizes: list[int], rounds: int) -> dict[str, Any]:
     )
     print_table(
         f"daemon at {sizes[-1]:,} conversations",
-        ["RSS ready", "RSS after a run", "empty tree RSS", "full scan", "periodic scan"],
+        [
+            "RSS ready",
+            "after a run",
+            f"after {_WAVES * _WAVE} tasks",
+            "empty tree RSS",
+            "full scan",
+            "periodic scan",
+        ],
         [
             [
                 f"{st['rss_mb']:.1f} MB",
                 f"{st['rss_worked_mb']:.1f} MB",
+                f"{st['rss_sustained_mb']:.1f} MB",
                 f"{st['empty_rss_mb']:.1f} MB",
                 f"{st['full_rescan_s']:.2f}s",
                 f"{st['periodic_scan_s']:.2f}s",

@@ -158,6 +158,31 @@ def test_random_edits_through_a_split_index(
         assert len(shared_files(repo)) > 1  # a base per save; none an hour old yet
 
 
+def test_a_base_read_before_is_not_read_again(tmp_path: Path) -> None:
+    # git status rewrites the split part and keeps the base: reading that index again
+    # takes the base already in memory (the same entries), not a second copy of it.
+    repo = seeded(tmp_path, 300)
+    git(repo, "config", "core.splitIndex", "true")
+    with Committer(repo) as committer:
+        write(repo, "d1/f0001.txt", "changed\n")
+        write(repo, "new/a.txt", "new\n")
+        assert committer.commit(Change(("d1/f0001.txt", "new/a.txt"), "jpfs: edit")) is not None
+    first = load(repo)
+    assert first.split is not None
+    write(repo, "d2/f0002.txt", "by the user\n")
+    git(repo, "add", "d2/f0002.txt")  # git writes the split part, on the same base
+    path = repo / ".git/index"
+    again = indexfile.FastIndex.parse(path.read_bytes(), path.stat(), repo / ".git", first.split)
+    assert again.split is not None and again.split.sha == first.split.sha
+    assert again.split.raws is first.split.raws
+    assert ours(again) == ours(load(repo)) == listing(repo)
+    # A base of another name is read from its file.
+    other = splitindex.SplitState(b"\0" * 20, first.version, [])
+    assert ours(
+        indexfile.FastIndex.parse(path.read_bytes(), path.stat(), repo / ".git", other)
+    ) == listing(repo)
+
+
 def test_superseded_bases_expire_unless_git_is_told_to_keep_them(tmp_path: Path) -> None:
     repo = seeded(tmp_path, 50)
     index = load(repo)

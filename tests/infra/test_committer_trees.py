@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import jpfs.infra.committer.indexfile as indexfile
+import jpfs.infra.committer.trees as trees
 from jpfs.infra.committer import Change, Committer
 from tests.conftest import wait_until
 from tests.infra.test_committer import assert_consistent, git, init_repo, write
@@ -90,6 +91,30 @@ def test_a_thousand_entry_directory_grows_by_one_entry(repo: Path, committer: Co
         listed = git(repo, "ls-tree", "--name-only", "HEAD", "conv/events/").split()
         assert listed == sorted(listed) and len(listed) == n
     assert git(repo, "rev-parse", "HEAD^{tree}").strip() == git_tree_of_worktree(repo)
+    assert_consistent(repo)
+
+
+def test_the_tree_cache_is_bounded_by_entries(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every commit makes a new version of the root; superseded ones must go, or a
+    # daemon's memory grows with each commit until the cache holds hundreds of roots.
+    monkeypatch.setattr(trees, "_TREE_CACHE_ENTRIES", 500)
+    for n in range(200):
+        write(repo, f"c{n:03d}/task.md", f"{n}\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "200 conversations")
+    with Committer(repo) as committer:
+        cache = committer._trees  # this committer's own cache, the thing under test
+        for n in range(0, 200, 5):
+            rel = write(repo, f"c{n:03d}/events/0001-user.md", f"{n}\n")
+            assert committer.commit(Change((rel,), f"event {n}")) is not None
+            assert cache.entries <= 500
+            assert 0 < len(cache) < 60  # not a version of the root per commit
+        assert git(repo, "rev-parse", "HEAD^{tree}").strip() == git_tree_of_worktree(repo)
+        # The root alone is over the bound at 600 entries: still cached, alone.
+        for n in range(200, 600):
+            write(repo, f"c{n:03d}/task.md", f"{n}\n")
+        assert committer.commit(Change(tuple(f"c{n:03d}" for n in range(200, 600)), "more"))
+        assert len(cache) >= 1
     assert_consistent(repo)
 
 

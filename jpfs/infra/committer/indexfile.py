@@ -131,9 +131,16 @@ class FastIndex(IndexFile):
         return cls(2)
 
     @classmethod
-    def parse(cls, data: bytes, st: os.stat_result, gitdir: Path | None = None) -> FastIndex:
+    def parse(
+        cls,
+        data: bytes,
+        st: os.stat_result,
+        gitdir: Path | None = None,
+        known: SplitState | None = None,
+    ) -> FastIndex:
         """The index file ``data`` (stat ``st``); a split index's base is read from
-        ``gitdir`` (none given: a split index is :class:`IndexUnsupported`)."""
+        ``gitdir`` (none given: a split index is :class:`IndexUnsupported`) unless it
+        is ``known``'s (the base of the index this one replaces)."""
         version, raws, off = parse_entries(data)
         end = len(data) - 20  # the checksum's offset; the data is not copied
         index = cls(version)
@@ -161,7 +168,7 @@ class FastIndex(IndexFile):
             raise IndexUnsupported("truncated index")
         if link is not None and gitdir is not None:
             try:
-                index.split, raws = splitindex.merge_base(index.version, link, gitdir, raws)
+                index.split, raws = splitindex.merge_base(index.version, link, gitdir, raws, known)
             except SplitCorrupt as exc:
                 raise IndexUnsupported(f"split index: {exc}") from exc
         newer = index.mtime_sec
@@ -392,7 +399,7 @@ class FastIndex(IndexFile):
             sha = splitindex.write_shared(gitdir, tmp_dir, self.version, self.count, [data], fsync)
             del data
             raws = [raw for chunk in self.chunks for raw in chunk.raws]
-            state = self.split = SplitState(sha, raws)
+            state = self.split = SplitState(sha, self.version, raws)
             if policy.clean:
                 splitindex.expire_shared(gitdir, {sha})
         else:

@@ -22,7 +22,10 @@ from jpfs.errors import RepositoryFault
 from jpfs.infra.committer.objects import MODE_TREE, TREE, Objects
 from jpfs.infra.committer.worktree import Blob
 
-_TREE_CACHE_MAX = 512
+_TREE_CACHE_MAX = 512  # trees
+# Their entries in all: each commit makes a new version of the root tree (one entry per
+# conversation), and 512 versions of a 10,000-entry root held 80 MB of entry lists.
+_TREE_CACHE_ENTRIES = 100_000
 # One tree entry: "<octal mode> <name>\0<20-byte id>".
 _ENTRY = re.compile(rb"(([0-7]+) ([^\0]*)\0.{20})", re.DOTALL)
 _TREE_MODES = (b"40000", b"040000")
@@ -69,14 +72,21 @@ class _Tree:
 
 
 class TreeCache:
-    """Trees by id, read once; the trees this process writes go in as they are built."""
+    """Trees by id, read once; the trees this process writes go in as they are built.
+
+    The least recently used go first, once there are more than :data:`_TREE_CACHE_MAX`
+    or they hold more than :data:`_TREE_CACHE_ENTRIES` entries: a superseded version of
+    the root is never used again, the tip's root at every commit."""
 
     def __init__(self) -> None:
-        self._trees: dict[bytes, _Tree] = {}
+        self._trees: dict[bytes, _Tree] = {}  # least recently used first
+        self.entries = 0
 
     def get(self, repo: pygit2.Repository, oid: bytes) -> _Tree:
-        tree = self._trees.get(oid)
-        if tree is None:
+        tree = self._trees.pop(oid, None)
+        if tree is not None:
+            self._trees[oid] = tree
+        else:
             try:
                 kind, data = repo.odb.read(pygit2.Oid(raw=oid))
             except (KeyError, ValueError, pygit2.GitError) as exc:
@@ -93,9 +103,19 @@ class TreeCache:
         return tree
 
     def remember(self, oid: bytes, tree: _Tree) -> None:
+        """Cache ``tree`` (no longer changed) as ``oid``."""
+        old = self._trees.pop(oid, None)
+        if old is not None:
+            self.entries -= len(old.keys)
         self._trees[oid] = tree
-        if len(self._trees) > _TREE_CACHE_MAX:
-            del self._trees[next(iter(self._trees))]
+        self.entries += len(tree.keys)
+        while len(self._trees) > 1 and (
+            len(self._trees) > _TREE_CACHE_MAX or self.entries > _TREE_CACHE_ENTRIES
+        ):
+            self.entries -= len(self._trees.pop(next(iter(self._trees))).keys)
+
+    def __len__(self) -> int:
+        return len(self._trees)
 
     def view(self, repo: pygit2.Repository, root: bytes | None) -> TreeView:
         return TreeView(self, repo, root)

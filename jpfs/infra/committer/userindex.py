@@ -127,10 +127,13 @@ class UserIndex:
             return cached
         if stamp == self._unsupported:
             return None  # said once; read again when someone rewrites it
-        self._index_cache = None
+        # Freed before the new one is read: two copies at once were a peak the
+        # process kept. The base it was split from is kept for the new one, if the same.
+        known = cached.split if isinstance(cached, FastIndex) else None
+        self._index_cache = cached = None
         try:
             data = path.read_bytes()
-            loaded: IndexFile = FastIndex.parse(data, st, self._gitdir)
+            loaded: IndexFile = FastIndex.parse(data, st, self._gitdir, known)
         except IndexVersion4:
             loaded = Libgit2Index.load(path, self._private, st)
         except IndexUnsupported as exc:
