@@ -433,6 +433,7 @@ class Daemon:
 
 def serve(ws: Workspace, *, stderr: bool, cfg: Sequence[str] = ()) -> int:
     """``jpfs daemon run``: the foreground daemon, signals handled."""
+    process.limit_malloc_arenas()  # before the daemon's threads start
     process.setup_logging(ws, stderr=stderr)
     daemon = Daemon(ws, cfg)
     signals = process.Signals(daemon.stop, daemon.force, daemon.reconciler.request_scan)
