@@ -15,6 +15,7 @@ tomlkit, anthropic, OS) are translated once, where they happen, with
     ├── IdError               malformed conversation id (slug rules, reserved names)
     ├── ScopeError            id or path outside the caller's subtree / workspace
     ├── NotFoundError         no such conversation, message, file
+    │   └── ConversationGone  its directory was removed while jpfs wrote to it
     ├── ExistsError           conversation already exists
     ├── StateError            operation not valid in the conversation's state
     ├── LockError             a conversation is busy (another run holds its lock)
@@ -73,6 +74,11 @@ class ScopeError(JpfsError):
 
 class NotFoundError(JpfsError):
     pass
+
+
+class ConversationGone(NotFoundError):
+    """A conversation's directory was removed (by a person, mid-run): nothing is written
+    to it any more, rather than bring back a directory of one file."""
 
 
 class ExistsError(JpfsError):

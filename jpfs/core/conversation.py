@@ -26,7 +26,7 @@ from typing import Any
 from jpfs.core import frontmatter, ids
 from jpfs.core.scope import CONVERSATION_TOML, check_path, conversation_path
 from jpfs.core.scope import TASK as TASK
-from jpfs.errors import ExistsError, FormatError, NotFoundError
+from jpfs.errors import ConversationGone, ExistsError, FormatError, NotFoundError
 from jpfs.infra import textfile
 
 QUESTIONS = "questions.md"
@@ -163,7 +163,15 @@ class Conversation:
                 doc.pop(key, None)
             else:
                 doc[key] = value
-        textfile.write_atomic(self.toml_path, tomlkit.dumps(doc))
+        try:
+            textfile.write_atomic(self.toml_path, tomlkit.dumps(doc), parents=False)
+        except FileNotFoundError as exc:
+            raise self._gone() from exc
+
+    def _gone(self) -> ConversationGone:
+        # Writes never make the conversation's directory: one removed while a run went
+        # on would come back holding a lone result.md or conversation.toml.
+        return ConversationGone(f"conversation {self.id!r} was removed: its directory is gone")
 
     @property
     def config(self) -> dict[str, Any]:
@@ -204,8 +212,15 @@ class Conversation:
             return None
 
     def write(self, name: str, text: str) -> Path:
+        """Replace file ``name`` (``files/notes.md`` makes ``files/``) of this
+        conversation, whose directory must exist."""
         path = self.path / name
-        textfile.write_atomic(path, text)
+        try:
+            for directory in reversed(path.relative_to(self.path).parents[:-1]):
+                (self.path / directory).mkdir(exist_ok=True)
+            textfile.write_atomic(path, text, parents=False)
+        except FileNotFoundError as exc:
+            raise self._gone() from exc
         return path
 
     # -- events ----------------------------------------------------------------------
@@ -311,7 +326,10 @@ class Conversation:
             raise ValueError(f"unknown event role {role!r}")
         names = self.event_names()
         if self._listing is None:
-            self.events_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.events_dir.mkdir(exist_ok=True)
+            except FileNotFoundError as exc:
+                raise self._gone() from exc
         seq = names[-1][0] + 1 if names else 1
         full = {"role": role, "created": now(), **(meta or {})}
         if "tool_calls" in full:
@@ -320,7 +338,17 @@ class Conversation:
             ]
         text = frontmatter.render(full, body)
         path = self.events_dir / f"{seq:04d}-{role}.md"
-        if not textfile.create_new(path, text):
+        try:
+            created = textfile.create_new(path, text, parents=False)
+        except FileNotFoundError as exc:
+            try:  # events/ alone removed (a listing taken before): made again
+                self.events_dir.mkdir()
+            except FileNotFoundError:
+                raise self._gone() from exc
+            except FileExistsError:
+                pass
+            created = textfile.create_new(path, text, parents=False)
+        if not created:
             self._listing = None
             raise ExistsError(f"event {path.name} already exists in {self.id}")
         # The listing plus our own file; the directory has just changed, so it stays

@@ -132,9 +132,13 @@ def write_temporary(tmp: Path, text: str | bytes) -> None:
         raise
 
 
-def write_atomic(path: Path, text: str | bytes, *, tmp_dir: Path | None = None) -> None:
-    """Replace ``path`` with ``text`` all at once (a temporary file, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_atomic(
+    path: Path, text: str | bytes, *, tmp_dir: Path | None = None, parents: bool = True
+) -> None:
+    """Replace ``path`` with ``text`` all at once (a temporary file, then a rename).
+    Without ``parents``, a missing directory is :class:`FileNotFoundError`, not made."""
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path, tmp_dir)
     write_temporary(tmp, text)
     try:
@@ -144,18 +148,20 @@ def write_atomic(path: Path, text: str | bytes, *, tmp_dir: Path | None = None) 
         raise
 
 
-def create_new(path: Path, text: str, *, tmp_dir: Path | None = None) -> bool:
+def create_new(path: Path, text: str, *, tmp_dir: Path | None = None, parents: bool = True) -> bool:
     """Create ``path`` with ``text``, all or nothing, unless it exists (False then): a
     hard link of a complete temporary file never shows a half-written one.
 
     Where the kernel allows, the temporary file is unnamed (``O_TMPFILE``) and linked
     into place once whole: one directory entry instead of three (create, link, unlink),
-    about half the cost of an event append, and nothing left behind by a crash."""
+    about half the cost of an event append, and nothing left behind by a crash.
+    Without ``parents``, a missing directory is :class:`FileNotFoundError`, not made."""
     if tmp_dir is None and _HAVE_PROC_FD:
-        created = _create_unnamed(path, text.encode("utf-8"))
+        created = _create_unnamed(path, text.encode("utf-8"), parents)
         if created is not None:
             return created
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path, tmp_dir)
     write_temporary(tmp, text)
     try:
@@ -167,11 +173,13 @@ def create_new(path: Path, text: str, *, tmp_dir: Path | None = None) -> bool:
     return True
 
 
-def _create_unnamed(path: Path, data: bytes) -> bool | None:
+def _create_unnamed(path: Path, data: bytes, parents: bool) -> bool | None:
     """:func:`create_new` through an unnamed file; None where ``O_TMPFILE`` is refused."""
     try:
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
+        if not parents:
+            raise
         path.parent.mkdir(parents=True, exist_ok=True)
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

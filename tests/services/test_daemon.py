@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -286,3 +287,30 @@ def test_mail_from_the_caller_continues_an_idle_conversation(daemon_proc: Daemon
     wait_until(lambda: roles(conv) == ["user", "assistant"] * 2, message="the mail's run")
     wait_until(lambda: state_of(ws, "h") == "idle", message="idle again")
     assert "Once more, please." in (conv / "events" / "0003-user.md").read_text()
+
+
+def test_a_conversation_removed_while_it_runs_stays_removed(daemon_proc: DaemonProc) -> None:
+    ws = daemon_proc.ws
+    setup_workspace(ws, default_agent="helper", delay=1.5)
+    root = ws / "conversations"
+    daemon_proc.start()
+    (root / "gone").mkdir(parents=True)
+    write_in_place(root / "gone" / "task.md", "Take your time.\n")
+    log = ws / ".jpfs/local/daemon.log"
+    wait_until(lambda: "[gone] model turn" in log.read_text(), message="the model turn")
+    shutil.rmtree(root / "gone")  # a person deletes it while the model is answering
+    wait_until(
+        lambda: "gone: removed while it ran" in log.read_text(), timeout=30, message="the log"
+    )
+    # Nothing brought it back (a result.md alone, an error event), and its removal is
+    # committed like any other edit; the daemon goes on with other work.
+    (root / "kept").mkdir()
+    write_in_place(root / "kept" / "task.md", "Say hello.\n")
+    wait_until(lambda: state_of(ws, "kept") == "idle", timeout=30, message="kept's run")
+    assert not (root / "gone").exists()
+    wait_until(
+        lambda: rgit(ws, "ls-tree", "--name-only", "HEAD", "gone") == "",
+        timeout=30,
+        message="the removal committed",
+    )
+    assert "run crashed" not in log.read_text()

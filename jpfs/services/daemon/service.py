@@ -30,7 +30,14 @@ from jpfs.core import locks
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace
-from jpfs.errors import Cancelled, ConfigError, JpfsError, LockError, RepositoryFault
+from jpfs.errors import (
+    Cancelled,
+    ConfigError,
+    ConversationGone,
+    JpfsError,
+    LockError,
+    RepositoryFault,
+)
 from jpfs.infra.providers.base import Provider
 from jpfs.services.daemon import actions, process, queryserver, recovery
 from jpfs.services.daemon.actions import DaemonRunner, Need
@@ -278,6 +285,9 @@ class Daemon:
                 except RepositoryFault as exc:
                     self.postpone(conv, exc)
                     return
+                except ConversationGone:
+                    log.info("%s: removed while it ran; nothing more is written to it", conv.id)
+                    return
                 except JpfsError as exc:
                     self.fail(conv, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                     return
@@ -305,6 +315,8 @@ class Daemon:
         log.warning("%s: failed: %s", conv.id, message)
         try:
             actions.record_failure(self.ws, conv, message)
+        except ConversationGone:
+            log.info("%s: removed; its failure is not recorded in it", conv.id)
         except JpfsError as exc:
             log.error("%s: could not record the failure: %s", conv.id, exc)
 
