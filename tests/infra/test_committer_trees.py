@@ -16,6 +16,7 @@ import pytest
 
 import jpfs.infra.committer.indexfile as indexfile
 import jpfs.infra.committer.trees as trees
+import jpfs.infra.committer.worktree as worktree
 from jpfs.infra.committer import Change, Committer
 from tests.conftest import wait_until
 from tests.infra.test_committer import assert_consistent, git, init_repo, write
@@ -115,6 +116,26 @@ def test_the_tree_cache_is_bounded_by_entries(repo: Path, monkeypatch: pytest.Mo
             write(repo, f"c{n:03d}/task.md", f"{n}\n")
         assert committer.commit(Change(tuple(f"c{n:03d}" for n in range(200, 600)), "more"))
         assert len(cache) >= 1
+    assert_consistent(repo)
+
+
+def test_remembered_files_are_bounded(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stat data and blob ids of files read, which spare re-hashing a conversation's
+    # events at each commit, are kept for the files read last only.
+    monkeypatch.setattr(worktree, "_KNOWN_MAX", 3)
+    monkeypatch.setattr(worktree, "_SETTLED_NS", 0)  # every file remembered at once
+    with Committer(repo) as committer:
+        for n in range(12):
+            write(repo, f"c/events/{n:04d}-user.md", f"{n}\n")
+            assert committer.commit(Change(("c",), f"event {n}")) is not None
+            known = committer._worktree._known  # the committer's own cache, under test
+            assert len(known) <= 3
+        assert len(known) == 3
+        forgotten = sorted({f"c/events/{n:04d}-user.md" for n in range(12)} - set(known))[0]
+        write(repo, forgotten, "changed\n")  # a forgotten file is read and committed as any
+        assert committer.commit(Change(("c",), "edit")) is not None
+    assert git(repo, "show", f"HEAD:{forgotten}") == "changed\n"
+    assert git(repo, "rev-parse", "HEAD^{tree}").strip() == git_tree_of_worktree(repo)
     assert_consistent(repo)
 
 

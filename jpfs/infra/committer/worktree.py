@@ -33,6 +33,9 @@ _LOCAL_DIR = ".jpfs/local"
 # A file whose mtime and ctime are older than this when hashed cannot be rewritten with
 # the same stat data unnoticed (timestamps come from a coarse clock, well under 50 ms).
 _SETTLED_NS = 50_000_000
+# Files whose stat data and blob id are remembered, the least recently read first out:
+# a daemon reads every file it commits, and kept them all (removed ones too) for life.
+_KNOWN_MAX = 32_768
 
 
 @dataclass
@@ -103,7 +106,8 @@ class Worktree:
     re-read and re-hash all its events: O(events) per commit. Like git's index, the
     worktree remembers each file's stat data with its blob id once the file is older
     than the filesystem's timestamp granularity allows a same-stat rewrite to hide
-    (:data:`_SETTLED_NS`), and trusts it while the stat data stays the same.
+    (:data:`_SETTLED_NS`), and trusts it while the stat data stays the same; for the
+    :data:`_KNOWN_MAX` files read last.
     """
 
     def __init__(self, root: Path, filemode: bool) -> None:
@@ -147,8 +151,9 @@ class Worktree:
             mode = MODE_LINK
         elif stat.S_ISREG(st.st_mode):
             key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode)
-            known = self._known.get(path)
+            known = self._known.pop(path, None)
             if known is not None and known[0] == key:
+                self._known[path] = known  # read last: out last
                 return Blob(known[1], known[2], None, st)
             try:
                 fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -168,8 +173,8 @@ class Worktree:
             key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode)
             if max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - _SETTLED_NS:
                 self._known[path] = (key, oid, mode)
-            else:
-                self._known.pop(path, None)
+                if len(self._known) > _KNOWN_MAX:
+                    del self._known[next(iter(self._known))]
             return Blob(oid, mode, data, st)
         else:
             return None  # fifos, sockets, devices: git cannot store them either
