@@ -243,8 +243,6 @@ def starts(base: Path, sizes: list[int], rounds: int) -> dict[str, Any]:
     }
     big = workspaces[sizes[-1]]
     add_profile(big, "zero", ZERO_AGENT)
-    from jpfs.core.config import set_in_file
-
     set_in_file(big / ".jpfs" / "config.toml", "conversations.default_agent", '"zero"')
     # With a key set, the daemon imports the model's SDK once caught up (for handed-over
     # queries): the memory measured after the run below includes it.

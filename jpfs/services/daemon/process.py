@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -40,6 +40,16 @@ PID = "daemon.pid"
 STATUS = "daemon.json"
 LOG = "daemon.log"
 OUT = "daemon.out"
+
+
+@dataclass
+class Stats:
+    """The counters of a running daemon that its status file shows."""
+
+    started: float = field(default_factory=time.time)
+    runs: int = 0
+    failures: int = 0
+    last_error: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

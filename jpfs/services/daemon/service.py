@@ -21,7 +21,6 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +52,6 @@ CHILD_LOCK_WAIT = 600.0
 # A run stopped by a repository fault is tried again after 1, 2, 4 ... seconds, at most
 # this many: soon after the user frees the disk, without spinning while it stays full.
 FAULT_RETRY_MAX = 60.0
-
-
-@dataclass
-class Stats:
-    started: float = field(default_factory=time.time)
-    runs: int = 0
-    failures: int = 0
-    last_error: dict[str, Any] | None = None
 
 
 # Keys a running daemon cannot change under itself; a change waits for the next start.
@@ -95,7 +86,7 @@ class Daemon:
         self.stop = threading.Event()
         self.force = threading.Event()
         self.ready = threading.Event()
-        self.stats = Stats()
+        self.stats = process.Stats()
         self.providers: dict[str, Provider] = {}
         # conversation id -> seconds to wait before the next try after a repository fault
         self.fault_backoff: dict[str, float] = {}
@@ -315,8 +306,6 @@ class Daemon:
         log.warning("%s: failed: %s", conv.id, message)
         try:
             actions.record_failure(self.ws, conv, message)
-        except ConversationGone:
-            log.info("%s: removed; its failure is not recorded in it", conv.id)
         except JpfsError as exc:
             log.error("%s: could not record the failure: %s", conv.id, exc)
 
