@@ -422,6 +422,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
+        if len(raw) < length:
+            # The client went away mid-request (a daemon SIGKILLed while sending): no
+            # request reached the model, so none is recorded or answered.
+            self.close_connection = True
+            return
         try:
             parsed = json.loads(raw)
         except ValueError:
