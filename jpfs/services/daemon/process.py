@@ -19,6 +19,7 @@ import json
 import logging
 import logging.handlers
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -248,30 +249,45 @@ def _signal(pid: int, sig: int) -> None:
 
 
 class Signals:
-    """SIGTERM/SIGINT: the first stops gracefully, the second forces; SIGHUP rescans."""
+    """SIGTERM/SIGINT: the first stops gracefully, the second forces; SIGHUP rescans.
+
+    The handlers only queue the signal (``SimpleQueue.put`` is reentrant); a thread of
+    its own acts on it. A handler that set an Event itself took the Event's lock: the
+    second signal of `jpfs daemon stop --force`, arriving while the first handler was
+    inside ``Event.set``, waited for a lock its own thread held, for ever."""
 
     def __init__(self, stop: threading.Event, force: threading.Event, rescan: Any) -> None:
         self.stop = stop
         self.force = force
         self.rescan = rescan
         self._old: dict[int, Any] = {}
+        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._relay: threading.Thread | None = None
 
     def install(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._old[sig] = signal.signal(sig, self._terminate)
-        self._old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._hangup)
+        self._relay = threading.Thread(target=self._act, name="jpfs-signals", daemon=True)
+        self._relay.start()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self._old[sig] = signal.signal(sig, self._note)
 
     def restore(self) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
+        if self._relay is not None:
+            self._queue.put(None)
+            self._relay.join()
 
-    def _terminate(self, signum: int, frame: FrameType | None) -> None:
-        if self.stop.is_set():
-            self.force.set()
-        self.stop.set()
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self._queue.put(signum)
 
-    def _hangup(self, signum: int, frame: FrameType | None) -> None:
-        self.rescan()
+    def _act(self) -> None:
+        while (signum := self._queue.get()) is not None:
+            if signum == signal.SIGHUP:
+                self.rescan()
+                continue
+            if self.stop.is_set():
+                self.force.set()
+            self.stop.set()
 
 
 _M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)

@@ -1,0 +1,63 @@
+"""The daemon's signal handling, in a real process receiving real signals.
+
+`jpfs daemon stop --force` sends SIGTERM then SIGINT at once. A handler that set an
+Event itself could land while the main thread was inside ``Event.set`` (holding the
+Event's lock) and wait for that lock for ever: a daemon that never stopped."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+CHILD = """\
+import threading
+from jpfs.services.daemon.process import Signals
+stop, force = threading.Event(), threading.Event()
+signals = Signals(stop, force, lambda: None)
+signals.install()
+print("ready", flush=True)
+while not force.is_set():
+    stop.set()  # the main thread is inside Event.set whenever the signal lands
+signals.restore()
+print("stopped", flush=True)
+"""
+
+
+def test_a_signal_landing_inside_event_set_never_deadlocks() -> None:
+    # Before the fix, about one round in two hung here.
+    for _round in range(10):
+        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+            child.send_signal(signal.SIGTERM)  # stop is set already: this one forces
+            out, _ = child.communicate(timeout=10)
+            assert (child.returncode, out) == (0, "stopped\n")
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def test_sighup_rescans_and_two_stops_force() -> None:
+    script = CHILD.replace("lambda: None", "lambda: print('rescan', flush=True)").replace(
+        "while not force.is_set():\n    stop.set()  # the main thread is inside Event.set whenever the signal lands\n",
+        # Timed waits, as the daemon's loop: Python runs handlers on the main thread
+        # only, and a wait without a timeout is not woken by a signal another thread got.
+        "while not stop.wait(0.05): pass\nprint('stopping', flush=True)\n"
+        "while not force.wait(0.05): pass\n",
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        child.send_signal(signal.SIGHUP)
+        assert child.stdout.readline() == "rescan\n"
+        child.send_signal(signal.SIGTERM)
+        assert child.stdout.readline() == "stopping\n"
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=10)
+        assert (child.returncode, out) == (0, "stopped\n")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
