@@ -19,7 +19,7 @@ import re
 import time
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ class _Listing:
     stamp: tuple[int, int, int]  # inode, mtime, ctime of the directory
     names: list[tuple[int, str, str]]
     settled: bool  # its timestamps were older than the clock's granularity
+    fresh: bool = False  # left by this handle's own append, not yet looked at since
 
 
 @dataclass(frozen=True)
@@ -282,8 +283,14 @@ class Conversation:
 
         For callers that need every event up to the last one they see, and look again
         later (a run commits the events since its last commit: one added in the same
-        tick is seen by the next look), never for numbering a new event."""
+        tick is seen by the next look), never for numbering a new event. The first look
+        after this handle's own append takes its listing as it is: that append stat the
+        directory microseconds before, and a run commits every event it appends at once
+        (each stat is a hand-off of the interpreter lock among busy writer threads)."""
         cached = self._listing
+        if cached is not None and cached.fresh:
+            self._listing = replace(cached, fresh=False)
+            return list(cached.names)
         if cached is not None:
             try:
                 st = os.stat(self._events_str())
@@ -359,7 +366,7 @@ class Conversation:
             self._listing = None
         else:
             stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-            self._listing = _Listing(stamp, [*names, (seq, role, path.name)], False)
+            self._listing = _Listing(stamp, [*names, (seq, role, path.name)], False, True)
         return Event(seq, role, path, dict(full), body)
 
 
