@@ -4,8 +4,10 @@ a time, and group commit handing the lead from batch to batch."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import shutil
 import subprocess
 import threading
 import time
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import jpfs.infra.committer.indexfile as indexfile
+import jpfs.infra.committer.objects as objects
 import jpfs.infra.committer.trees as trees
 import jpfs.infra.committer.worktree as worktree
 from jpfs.infra.committer import Change, Committer
@@ -137,6 +140,29 @@ def test_remembered_files_are_bounded(repo: Path, monkeypatch: pytest.MonkeyPatc
     assert git(repo, "show", f"HEAD:{forgotten}") == "changed\n"
     assert git(repo, "rev-parse", "HEAD^{tree}").strip() == git_tree_of_worktree(repo)
     assert_consistent(repo)
+
+
+def test_a_loose_object_in_a_new_fan_out_directory_is_written_once(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects_dir = repo / ".git" / "objects"
+    data = b"a blob whose fan-out directory does not exist yet\n"
+    oid = hashlib.sha1(b"blob %d\0%s" % (len(data), data)).digest()
+    shutil.rmtree(objects_dir / oid.hex()[:2], ignore_errors=True)
+    created: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, flags: int, *args: int, **kwargs: int) -> int:
+        if flags & os.O_CREAT:
+            created.append(os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)  # counts, the real call does the work
+    objects.write_loose(objects_dir, objects.BLOB, data, oid, False)
+    monkeypatch.undo()
+    assert len(created) == 1  # one temporary file, renamed once its directory was made
+    assert git(repo, "cat-file", "-p", oid.hex()) == data.decode()
+    assert not list(objects_dir.glob("tmp_obj_jpfs_*"))
 
 
 def test_loose_objects_are_git_readable(repo: Path, committer: Committer) -> None:

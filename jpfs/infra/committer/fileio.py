@@ -58,10 +58,18 @@ def replace_file(
     _write_renamed(tmp, target, buffers, 0o666, fsync, mtime_at_most_ns)
 
 
-def write_new(target: Path, buffers: Sequence[bytes], tmp_prefix: Path, fsync: bool) -> None:
-    """Write an immutable object file (read-only, as git does) via temp file + rename."""
+def write_new(
+    target: Path,
+    buffers: Sequence[bytes],
+    tmp_prefix: Path,
+    fsync: bool,
+    *,
+    make_parent: bool = False,
+) -> None:
+    """Write an immutable object file (read-only, as git does) via temp file + rename;
+    with ``make_parent``, a missing directory of ``target`` is made before the rename."""
     tmp = Path(f"{tmp_prefix}{os.getpid()}_{secrets.token_hex(6)}")
-    _write_renamed(tmp, target, buffers, 0o444, fsync)
+    _write_renamed(tmp, target, buffers, 0o444, fsync, make_parent=make_parent)
 
 
 def _write_renamed(
@@ -71,6 +79,8 @@ def _write_renamed(
     mode: int,
     fsync: bool,
     mtime_at_most_ns: int | None = None,
+    *,
+    make_parent: bool = False,
 ) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
@@ -84,7 +94,15 @@ def _write_renamed(
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(tmp, target)
+        try:
+            os.rename(tmp, target)
+        except FileNotFoundError:
+            if not make_parent:
+                raise
+            # The same file renamed once its directory exists, not written a second
+            # time: a loose object's fan-out directory is often new (git prunes them).
+            os.makedirs(target.parent, exist_ok=True)
+            os.rename(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -13,7 +13,6 @@ other thread for each object.
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 import zlib
 from pathlib import Path
@@ -105,11 +104,7 @@ def write_loose(objects_dir: Path, kind: int, data: bytes, oid: bytes, fsync: bo
     fan = objects_dir / hexid[:2]
     body = zlib.compress(b"%s %d\0%s" % (_TYPE_NAMES[kind], len(data), data), 1)
     # The temporary file sits in objects/ itself, where the debris sweep looks.
-    try:
-        write_new(fan / hexid[2:], [body], objects_dir / "tmp_obj_jpfs_", fsync)
-    except FileNotFoundError:
-        os.makedirs(fan, exist_ok=True)
-        write_new(fan / hexid[2:], [body], objects_dir / "tmp_obj_jpfs_", fsync)
+    write_new(fan / hexid[2:], [body], objects_dir / "tmp_obj_jpfs_", fsync, make_parent=True)
 
 
 def commit_object(
