@@ -19,6 +19,10 @@ index kept in step. The workspace is made by
   record, so the baseline never reverts jpfs's commits);
 * **writers**: T threads (default 50), each appending to its own conversation K times
   (group commit): committed writes per second and p50/p99 latency of a write+commit.
+  Next to it, the cost of one file creation measured just before (one thread, the
+  helper an event append uses, no git): the file system's share of every write, which
+  on this machine depends on what other processes deleted in the last minutes (see
+  :func:`bench_creates`).
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -26,6 +30,7 @@ index kept in step. The workspace is made by
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import threading
@@ -52,6 +57,7 @@ from bench.common import (
 from jpfs.core import record
 from jpfs.core.conversation import Conversation, create
 from jpfs.core.workspace import Workspace, open_workspace
+from jpfs.infra import textfile
 from jpfs.services.runtime import Runner
 
 _BODY = "The parser rejects empty input; see src/parse.py line 40. " * 4
@@ -74,7 +80,6 @@ def _turn(runner: Runner, conv: Conversation) -> None:
 def _raw_loop(conv_root: Path, counter: list[int], index: Path) -> None:
     """The least a commit on the record needs, with git's own tools (on a private index,
     so that it never disturbs the record's own)."""
-    import os
     import subprocess
 
     n = counter[0] = counter[0] + 1
@@ -159,15 +164,29 @@ def bench_writers(ws: Workspace, threads: int, writes: int) -> dict[str, float]:
     }
 
 
+def bench_creates(ws: Workspace, count: int) -> float:
+    """Seconds per file creation as an event append makes it (:func:`textfile.create_new`),
+    one thread, in a directory of the record worktree: what this file system charges
+    for the inode every write needs, in the state the writers meet. On ext4 without a
+    journal (this machine) it grows with the inodes freed in the last minute or more
+    (``recently_deleted()`` in fs/ext4/ialloc.c: 60 s, 360 s while their inode table
+    block is dirty), by any process: 20-60 us when none were, 0.3-0.8 ms after a test
+    run."""
+    target = ws.conv_root / "raw" / "creates"
+    target.mkdir(parents=True)
+    text = f'+++\nrole = "assistant"\n+++\n{_BODY}\n'
+    t0 = time.perf_counter()
+    for n in range(count):
+        textfile.create_new(target / f"{n:04d}-assistant.md", text, parents=False)
+    return (time.perf_counter() - t0) / count
+
+
 def bench_index_codec(ws: Workspace, repeat: int) -> dict[str, Stats]:
     """One index update of the record's own index as a commit does it (the index is
     parsed once and kept, as the committer does; one entry set, the file rewritten):
     jpfs's codec writing the whole index, and split (what a commit writes from 10,000
     entries on), against libgit2 writing the whole index; the codec must beat libgit2
     by 2x to be kept."""
-    import os
-    import shutil
-
     import pygit2
 
     from jpfs.infra.committer.indexfile import FastIndex
@@ -222,6 +241,10 @@ def bench_size(size: int, commits: int, threads: int, writes: int) -> dict[str, 
             populate(root, size, 10)
         ws = open_workspace(root, search=False)
         events = bench_events(ws, commits)
+        # What the set-up and the commits above wrote is flushed first, so that the
+        # kernel's writeback of it does not compete with the writers.
+        os.sync()
+        create = bench_creates(ws, threads * writes)
         writers = bench_writers(ws, threads, writes)
         codec = bench_index_codec(ws, max(10, commits // 2))
         # raw/ holds the baseline's files (committed on its own branch).
@@ -238,6 +261,7 @@ def bench_size(size: int, commits: int, threads: int, writes: int) -> dict[str, 
         "events_ratio": long.median / short.median,
         "single_writer_vs_raw": raw.median / short.median,
         "writers": {"threads": threads, "writes_each": writes, **writers},
+        "file_create_s": create,
         "index_codec": codec["codec"].to_json(),
         "index_libgit2": codec["libgit2"].to_json(),
         "index_split": codec["split"].to_json(),
@@ -278,7 +302,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )  # fmt: skip
     print_table(
         f"{args.threads} concurrent writers x {writes} writes (group commit)",
-        ["conversations", "writes/s (>= 500)", "p50", "p99 (<= 50 ms)", "status clean"],
+        [
+            "conversations",
+            "writes/s (>= 500)",
+            "p50",
+            "p99 (<= 50 ms)",
+            "status clean",
+            "file creation (fs state)",
+        ],
         [
             [
                 n,
@@ -286,6 +317,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 ms(r["writers"]["p50_s"]),
                 ms(r["writers"]["p99_s"]),
                 str(r["record_status_clean"]),
+                f"{r['file_create_s'] * 1e6:.0f} us",
             ]
             for n, r in results.items()
         ],
