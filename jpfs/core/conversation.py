@@ -165,7 +165,7 @@ class Conversation:
             else:
                 doc[key] = value
         try:
-            textfile.write_atomic(self.toml_path, tomlkit.dumps(doc), parents=False)
+            textfile.write_atomic(self.toml_path, tomlkit.dumps(doc), parents=False, root=self.root)
         except FileNotFoundError as exc:
             raise self._gone() from exc
 
@@ -217,9 +217,11 @@ class Conversation:
         conversation, whose directory must exist."""
         path = self.path / name
         try:
+            if "/" in name:
+                textfile.check_within(self.path, self.root)  # before making anything in it
             for directory in reversed(path.relative_to(self.path).parents[:-1]):
                 (self.path / directory).mkdir(exist_ok=True)
-            textfile.write_atomic(path, text, parents=False)
+            textfile.write_atomic(path, text, parents=False, root=self.root)
         except FileNotFoundError as exc:
             raise self._gone() from exc
         return path
@@ -334,6 +336,7 @@ class Conversation:
         names = self.event_names()
         if self._listing is None:
             try:
+                textfile.check_within(self.path, self.root)  # before making events/ there
                 self.events_dir.mkdir(exist_ok=True)
             except FileNotFoundError as exc:
                 raise self._gone() from exc
@@ -346,15 +349,16 @@ class Conversation:
         text = frontmatter.render(full, body)
         path = self.events_dir / f"{seq:04d}-{role}.md"
         try:
-            created = textfile.create_new(path, text, parents=False)
+            created = textfile.create_new(path, text, parents=False, root=self.root)
         except FileNotFoundError as exc:
             try:  # events/ alone removed (a listing taken before): made again
+                textfile.check_within(self.path, self.root)
                 self.events_dir.mkdir()
             except FileNotFoundError:
                 raise self._gone() from exc
             except FileExistsError:
                 pass
-            created = textfile.create_new(path, text, parents=False)
+            created = textfile.create_new(path, text, parents=False, root=self.root)
         if not created:
             self._listing = None
             raise ExistsError(f"event {path.name} already exists in {self.id}")
@@ -415,6 +419,6 @@ def create(
     for key, value in (config or {}).items():
         table[key] = value
     doc["config"] = table
-    textfile.write_atomic(conv.toml_path, tomlkit.dumps(doc))
+    textfile.write_atomic(conv.toml_path, tomlkit.dumps(doc), root=conv.root)
     conv._agent = agent or None  # what the record now says; spares a parse at each run
     return conv

@@ -30,6 +30,7 @@ last in the name, so a dead writer can be told from a live one).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import threading
@@ -103,6 +104,36 @@ def _require_within(fd: int, path: Path, root: Path) -> None:
         )
 
 
+@functools.lru_cache(maxsize=64)
+def _real(root: str) -> str:
+    """``root`` with its links resolved, once per process: a write checks against it."""
+    return os.path.realpath(root)
+
+
+def _within(real: str, root: Path) -> bool:
+    top = _real(os.fspath(root))
+    return real == top or real.startswith(top.rstrip("/") + "/")
+
+
+def _refuse_outside(path: Path, root: Path) -> FormatError:
+    return FormatError(
+        f"{path} leads outside {root} through a symbolic link; jpfs does not follow links"
+    )
+
+
+def check_within(directory: Path, root: Path) -> None:
+    """:class:`FormatError` unless ``directory`` is under ``root`` once links are resolved
+    (a conversation or its ``events/`` made a link to elsewhere): before writing or
+    making anything in it."""
+    if not _within(os.path.realpath(directory), root):
+        raise _refuse_outside(directory, root)
+
+
+def _check_directory(path: Path, root: Path | None) -> None:
+    if root is not None and not _within(os.path.realpath(path.parent), root):
+        raise _refuse_outside(path, root)
+
+
 def read_upto(fd: int, limit: int) -> bytes:
     """At most ``limit`` bytes from ``fd`` (fewer at the end of the file)."""
     chunks: list[bytes] = []
@@ -133,12 +164,19 @@ def write_temporary(tmp: Path, text: str | bytes) -> None:
 
 
 def write_atomic(
-    path: Path, text: str | bytes, *, tmp_dir: Path | None = None, parents: bool = True
+    path: Path,
+    text: str | bytes,
+    *,
+    tmp_dir: Path | None = None,
+    parents: bool = True,
+    root: Path | None = None,
 ) -> None:
     """Replace ``path`` with ``text`` all at once (a temporary file, then a rename).
-    Without ``parents``, a missing directory is :class:`FileNotFoundError`, not made."""
+    Without ``parents``, a missing directory is :class:`FileNotFoundError`, not made;
+    with ``root``, a directory that links outside it is :class:`FormatError`."""
     if parents:
         path.parent.mkdir(parents=True, exist_ok=True)
+    _check_directory(path, root)
     tmp = temporary_path(path, tmp_dir)
     write_temporary(tmp, text)
     try:
@@ -148,20 +186,29 @@ def write_atomic(
         raise
 
 
-def create_new(path: Path, text: str, *, tmp_dir: Path | None = None, parents: bool = True) -> bool:
+def create_new(
+    path: Path,
+    text: str,
+    *,
+    tmp_dir: Path | None = None,
+    parents: bool = True,
+    root: Path | None = None,
+) -> bool:
     """Create ``path`` with ``text``, all or nothing, unless it exists (False then): a
     hard link of a complete temporary file never shows a half-written one.
 
     Where the kernel allows, the temporary file is unnamed (``O_TMPFILE``) and linked
     into place once whole: one directory entry instead of three (create, link, unlink),
     about half the cost of an event append, and nothing left behind by a crash.
-    Without ``parents``, a missing directory is :class:`FileNotFoundError`, not made."""
+    Without ``parents``, a missing directory is :class:`FileNotFoundError`, not made;
+    with ``root``, a directory that links outside it is :class:`FormatError`."""
     if tmp_dir is None and _HAVE_PROC_FD:
-        created = _create_unnamed(path, text.encode("utf-8"), parents)
+        created = _create_unnamed(path, text.encode("utf-8"), parents, root)
         if created is not None:
             return created
     if parents:
         path.parent.mkdir(parents=True, exist_ok=True)
+    _check_directory(path, root)
     tmp = temporary_path(path, tmp_dir)
     write_temporary(tmp, text)
     try:
@@ -173,7 +220,7 @@ def create_new(path: Path, text: str, *, tmp_dir: Path | None = None, parents: b
     return True
 
 
-def _create_unnamed(path: Path, data: bytes, parents: bool) -> bool | None:
+def _create_unnamed(path: Path, data: bytes, parents: bool, root: Path | None) -> bool | None:
     """:func:`create_new` through an unnamed file; None where ``O_TMPFILE`` is refused.
 
     Four system calls (open, write, link, close), by absolute paths: under a busy group
@@ -194,6 +241,12 @@ def _create_unnamed(path: Path, data: bytes, parents: bool) -> bool | None:
             return None
         raise
     try:
+        if root is not None:
+            # Where the unnamed file really is ("<dir>/#<inode> (deleted)"): one call,
+            # and no link swapped in after a check can move it.
+            where = os.path.dirname(os.readlink(f"{_PROC_FD}/{fd}"))
+            if not _within(where, root):
+                raise _refuse_outside(path, root)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

@@ -59,6 +59,35 @@ def test_a_symlinked_events_directory_is_never_read(
     assert_no_leak(hostile_ws, api_env)
 
 
+def test_nothing_is_written_through_a_symlinked_conversation_or_events_directory(
+    daemon: Path, api_env: MessagesServer, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    (outside / "events").mkdir(parents=True)
+    (outside / "task.md").write_text("Hello from outside.\n", encoding="utf-8")
+    evlink = start_conversation(daemon, "evlink", "Hello.\n")
+    os.symlink(outside / "events", evlink / "events")
+    os.symlink(outside, daemon / "conversations" / "convlink")
+    log = daemon / ".jpfs" / "local" / "daemon.log"
+
+    def failed() -> bool:
+        return log.exists() and "evlink: failed" in log.read_text(encoding="utf-8")
+
+    wait_until(failed, timeout=30, message="evlink's run to fail")
+    # A conversation started after it is served, and meanwhile the refused one is not
+    # run again and again: nothing on disk says it failed, so the daemon backs off.
+    start_conversation(daemon, "after-links")
+    assert "echo: Say hello." in wait_result(daemon, "after-links")
+    assert log.read_text(encoding="utf-8").count("evlink: run starts") <= 3
+    # The task's text and the error went nowhere outside the workspace.
+    assert sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*")) == [
+        "events",
+        "task.md",
+    ]
+    assert_healthy(daemon)
+    assert_no_leak(daemon, api_env)
+
+
 def test_a_fifo_where_task_md_belongs_cannot_hang_anything(
     daemon: Path, api_env: MessagesServer
 ) -> None:

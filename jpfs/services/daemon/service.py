@@ -307,17 +307,30 @@ class Daemon:
         try:
             actions.record_failure(self.ws, conv, message)
         except JpfsError as exc:
-            log.error("%s: could not record the failure: %s", conv.id, exc)
+            # Nothing on disk says it failed, so it would be run again at once, and
+            # fail again, in a loop: looked at again later, with backoff.
+            delay = self._back_off(conv.id)
+            log.error(
+                "%s: could not record the failure (looking again in %g s): %s",
+                conv.id,
+                delay,
+                exc,
+            )
 
     def postpone(self, conv: Conversation, exc: RepositoryFault) -> None:
         """The repository failed under the run: the conversation is not at fault, so no
         error event; the run is tried again later, from its files, with backoff."""
-        delay = min(FAULT_RETRY_MAX, self.fault_backoff.get(conv.id, 0.5) * 2)
-        self.fault_backoff[conv.id] = delay
-        self._retry_after[conv.id] = delay
+        delay = self._back_off(conv.id)
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         self.record_error(f"{conv.id}: {first} (trying again in {delay:g} s)")
         log.warning("%s: repository fault, trying again in %g s: %s", conv.id, delay, first)
+
+    def _back_off(self, conv_id: str) -> float:
+        """Seconds until ``conv_id`` is looked at again: doubled at each fault in a row."""
+        delay = min(FAULT_RETRY_MAX, self.fault_backoff.get(conv_id, 0.5) * 2)
+        self.fault_backoff[conv_id] = delay
+        self._retry_after[conv_id] = delay
+        return delay
 
     def look_again_in(self, conv_id: str, seconds: float) -> None:
         self._retry_after[conv_id] = seconds
