@@ -24,7 +24,10 @@ Writes (:func:`write_atomic`, :func:`write_temporary`) go to a temporary file
 ``.NAME.THREAD.PID.jpfs-tmp`` beside the target, then are renamed over it: a reader
 sees the old content or the new, never half. A write that fails (a full disk) leaves
 nothing behind; one whose process died is swept by the daemon's start (the pid is
-last in the name, so a dead writer can be told from a live one).
+last in the name, so a dead writer can be told from a live one). Given the root, a
+write refuses a directory that leads outside it: :func:`create_new` (event files)
+checks where its unnamed file really is, so no swap can move it; :func:`write_atomic`
+resolves the directory first, which refuses any link already there.
 """
 
 from __future__ import annotations
