@@ -86,10 +86,11 @@ def _key(root: Path, conv_id: str) -> tuple[str, str]:
     return (str(root), conv_id)
 
 
-def _stamp(path: Path) -> Stamp | None:
+def file_stamp(path: Path) -> Stamp | None:
+    """(inode, mtime, size) of ``path``, None if it cannot be stat: changed or not."""
     try:
         st = os.stat(path)
-    except FileNotFoundError:
+    except OSError:
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
@@ -157,7 +158,7 @@ def supervise(
     left behind when it stops; it returns whether there was any.
     """
     key = _key(runner.ws.root, conv.id)
-    run = Run(runner, conv.id, conv.toml_path, threading.Event(), _stamp(conv.toml_path))
+    run = Run(runner, conv.id, conv.toml_path, threading.Event(), file_stamp(conv.toml_path))
     with _lock:
         outer = _runs.get(key)
         _runs[key] = run
@@ -207,7 +208,7 @@ def _watch(runner: RunContext) -> None:
             if stopping:
                 run.cancel.set()
                 continue
-            stamp = _stamp(run.toml)
+            stamp = file_stamp(run.toml)
             if stamp != run.stamp:
                 run.stamp = stamp
                 if status_of(run.toml) == "killed":

@@ -6,9 +6,11 @@ Event's lock) and wait for that lock for ever: a daemon that never stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 
 CHILD = """\
 import threading
@@ -24,19 +26,26 @@ print("stopped", flush=True)
 """
 
 
+@contextlib.contextmanager
+def child_process(script: str) -> Iterator[subprocess.Popen[str]]:
+    """``script`` in a Python of its own, once it said "ready"; killed if still alive."""
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_a_signal_landing_inside_event_set_never_deadlocks() -> None:
     # Before the fix, about one round in two hung here.
     for _round in range(10):
-        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
-        try:
-            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        with child_process(CHILD) as child:
             child.send_signal(signal.SIGTERM)  # stop is set already: this one forces
             out, _ = child.communicate(timeout=10)
             assert (child.returncode, out) == (0, "stopped\n")
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
 
 
 def test_sighup_rescans_and_two_stops_force() -> None:
@@ -47,9 +56,8 @@ def test_sighup_rescans_and_two_stops_force() -> None:
         "while not stop.wait(0.05): pass\nprint('stopping', flush=True)\n"
         "while not force.wait(0.05): pass\n",
     )
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    with child_process(script) as child:
+        assert child.stdout is not None
         child.send_signal(signal.SIGHUP)
         assert child.stdout.readline() == "rescan\n"
         child.send_signal(signal.SIGTERM)
@@ -57,7 +65,3 @@ def test_sighup_rescans_and_two_stops_force() -> None:
         child.send_signal(signal.SIGINT)
         out, _ = child.communicate(timeout=10)
         assert (child.returncode, out) == (0, "stopped\n")
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()

@@ -9,7 +9,8 @@ Start-up, in this order (each step makes the next one safe after a SIGKILL):
    commit whatever a killed process or the user wrote while no daemon ran, and scan
    what changed since the last daemon looked.
 
-The main thread runs the reconciler loop; signals only set events it checks.
+The main thread runs the reconciler loop; a signal is only queued, and a thread of its
+own sets the events that loop checks (:mod:`jpfs.services.daemon.process`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from jpfs.errors import (
     RepositoryFault,
 )
 from jpfs.infra.providers.base import Provider
+from jpfs.services import runs
 from jpfs.services.daemon import actions, process, queryserver, recovery
 from jpfs.services.daemon.actions import DaemonRunner, Need
 from jpfs.services.daemon.pool import Job, Pool
@@ -67,19 +69,11 @@ RESTART_KEYS = (
 )
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size, st.st_ino
-
-
 class Daemon:
     def __init__(self, ws: Workspace, cfg: Sequence[str] = ()) -> None:
         self.ws = ws
         self.cfg = tuple(cfg)  # the --cfg layers it was started with, kept on a reload
-        self._config_stamp = _stamp(self.config_file)
+        self._config_stamp = runs.file_stamp(self.config_file)
         # (stamp, since when) of a change not yet taken up: see reload_config
         self._config_seen: tuple[tuple[int, int, int] | None, float] | None = None
         self.files = process.Files.of(ws)
@@ -89,6 +83,7 @@ class Daemon:
         self.stats = process.Stats()
         self.providers: dict[str, Provider] = {}
         # conversation id -> seconds to wait before the next try after a repository fault
+        # or a failure that could not be recorded
         self.fault_backoff: dict[str, float] = {}
         self._retry_after: dict[str, float] = {}
         settings = ws.config
@@ -307,15 +302,9 @@ class Daemon:
         try:
             actions.record_failure(self.ws, conv, message)
         except JpfsError as exc:
-            # Nothing on disk says it failed, so it would be run again at once, and
-            # fail again, in a loop: looked at again later, with backoff.
+            # Nothing on disk says it failed: without a pause it would run, and fail, again.
             delay = self._back_off(conv.id)
-            log.error(
-                "%s: could not record the failure (looking again in %g s): %s",
-                conv.id,
-                delay,
-                exc,
-            )
+            log.error("%s: could not record the failure (again in %g s): %s", conv.id, delay, exc)
 
     def postpone(self, conv: Conversation, exc: RepositoryFault) -> None:
         """The repository failed under the run: the conversation is not at fault, so no
@@ -352,7 +341,7 @@ class Daemon:
         second): pool size and timings at once, the rest as each run reads it. A broken
         file is reported and the previous configuration kept, so one typo never stops
         the daemon. Profiles and trust need nothing here: they are read per run."""
-        stamp = _stamp(self.config_file)
+        stamp = runs.file_stamp(self.config_file)
         if stamp == self._config_stamp:
             self._config_seen = None
             return
