@@ -226,9 +226,9 @@ def test_a_split_record_index_with_a_broken_base_is_said_and_commits_go_on(
             message="the daemon log to name the broken index and its fix",
         )
         wait_until(
-            lambda: "second" in rgit(hostile_ws, "log", "-1", "--format=%(trailers)"),
+            lambda: rgit(hostile_ws, "ls-tree", "HEAD", "second/result.md") != "",
             timeout=30,
-            message="the second conversation's commit",
+            message="the second conversation's result committed",
         )
         # The fix the log gives, verbatim in spirit: the index is rebuilt from HEAD.
         (record_gitdir / "index").unlink()
