@@ -100,16 +100,13 @@ def _require_within(fd: int, path: Path, root: Path) -> None:
     except OSError:
         # No /proc: fall back to the path (racy, but refuses what is already there).
         opened = os.path.realpath(path)
-    real_root = os.path.realpath(root)
-    if opened != real_root and not opened.startswith(real_root.rstrip("/") + "/"):
-        raise FormatError(
-            f"{path} leads outside {root} through a symbolic link; jpfs does not follow links"
-        )
+    if not _within(opened, root):
+        raise _refuse_outside(path, root)
 
 
 @functools.lru_cache(maxsize=64)
 def _real(root: str) -> str:
-    """``root`` with its links resolved, once per process: a write checks against it."""
+    """``root`` with its links resolved, once per process (a conversation root)."""
     return os.path.realpath(root)
 
 
@@ -120,21 +117,17 @@ def _within(real: str, root: Path) -> bool:
 
 def _refuse_outside(path: Path, root: Path) -> FormatError:
     return FormatError(
-        f"{path} leads outside {root} through a symbolic link; jpfs does not follow links"
+        f"{path} leads outside {root} through a symbolic link; jpfs does not follow links:"
+        " make it a real file or directory there"
     )
 
 
-def check_within(directory: Path, root: Path) -> None:
+def check_within(directory: Path, root: Path | None) -> None:
     """:class:`FormatError` unless ``directory`` is under ``root`` once links are resolved
     (a conversation or its ``events/`` made a link to elsewhere): before writing or
-    making anything in it."""
-    if not _within(os.path.realpath(directory), root):
+    making anything in it. No check without a root."""
+    if root is not None and not _within(os.path.realpath(directory), root):
         raise _refuse_outside(directory, root)
-
-
-def _check_directory(path: Path, root: Path | None) -> None:
-    if root is not None and not _within(os.path.realpath(path.parent), root):
-        raise _refuse_outside(path, root)
 
 
 def read_upto(fd: int, limit: int) -> bytes:
@@ -179,7 +172,7 @@ def write_atomic(
     with ``root``, a directory that links outside it is :class:`FormatError`."""
     if parents:
         path.parent.mkdir(parents=True, exist_ok=True)
-    _check_directory(path, root)
+    check_within(path.parent, root)
     tmp = temporary_path(path, tmp_dir)
     write_temporary(tmp, text)
     try:
@@ -211,7 +204,7 @@ def create_new(
             return created
     if parents:
         path.parent.mkdir(parents=True, exist_ok=True)
-    _check_directory(path, root)
+    check_within(path.parent, root)
     tmp = temporary_path(path, tmp_dir)
     write_temporary(tmp, text)
     try:

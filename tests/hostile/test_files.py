@@ -59,6 +59,23 @@ def test_a_symlinked_events_directory_is_never_read(
     assert_no_leak(hostile_ws, api_env)
 
 
+def test_input_to_a_conversation_whose_events_directory_links_outside_is_refused(
+    hostile_ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    outside = tmp_path / "outside-events"
+    outside.mkdir()
+    for seq, role in ((1, "user"), (2, "assistant")):  # an idle transcript, elsewhere
+        (outside / f"{seq:04d}-{role}.md").write_text(
+            f'+++\nrole = "{role}"\ncreated = 2026-01-01T00:00:00Z\n+++\nhi\n', encoding="utf-8"
+        )
+    conv = start_conversation(hostile_ws, "evlink", "Hello.\n")
+    os.symlink(outside, conv / "events")
+    sent = cli("query", "--id", "evlink", "Go on.")
+    assert sent.code == 1
+    assert "symbolic link" in sent.stderr and "make it a real file or directory" in sent.stderr
+    assert sorted(os.listdir(outside)) == ["0001-user.md", "0002-assistant.md"]
+
+
 def test_nothing_is_written_through_a_symlinked_conversation_or_events_directory(
     daemon: Path, api_env: MessagesServer, tmp_path: Path
 ) -> None:
