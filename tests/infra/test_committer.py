@@ -678,6 +678,24 @@ def test_stale_locks_of_a_killed_process_are_broken(repo: Path) -> None:
     assert_consistent(repo)
 
 
+def test_a_stale_index_lock_goes_when_a_committer_opens(repo: Path) -> None:
+    # Killed right after its last commit moved the ref: no later commit may need the
+    # index lock, which would then block `git` in that work tree for good.
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCKS, str(repo)],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    assert (repo / ".git/index.lock").exists()
+    with Committer(repo):
+        pass
+    assert not (repo / ".git/index.lock").exists()
+    assert git(repo, "status", "--porcelain") == ""
+
+
 def test_foreign_locks_are_never_broken(repo: Path) -> None:
     write(repo, "conversations/f1.md", "f1\n")
     (repo / ".git/index.lock").write_bytes(b"")  # as a running `git commit` would hold it

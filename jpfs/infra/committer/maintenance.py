@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from jpfs.infra.committer.lockfile import lock_registrations, sweep_owner_file
+from jpfs.infra.committer.lockfile import LockFile, lock_registrations, sweep_owner_file
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,11 @@ class Maintenance:
                     if entry.name.startswith(prefixes) and entry.stat().st_mtime < cutoff:
                         with contextlib.suppress(OSError):
                             os.unlink(entry.path)
+        # A commit that finds nothing to change takes no index lock, so one that a killed
+        # jpfs process held would stay, and block `git` in the work tree, until the next
+        # commit with changes: broken here, only if provably ours and its owner dead.
+        with contextlib.suppress(OSError):
+            LockFile(self._gitdir / "index", self._owners).break_if_stale()
         with contextlib.suppress(OSError):
             live = lock_registrations(self._gitdir, self._commondir)
             for entry in os.scandir(self._owners):
