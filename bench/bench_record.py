@@ -30,6 +30,7 @@ index kept in step. The workspace is made by
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -54,7 +55,7 @@ from bench.common import (
     print_table,
     temp_dir,
 )
-from jpfs.core import record
+from jpfs.core import locks, record
 from jpfs.core.conversation import Conversation, create
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.infra import textfile
@@ -113,15 +114,19 @@ def bench_events(ws: Workspace, commits: int) -> dict[str, Stats]:
     private = gitdir / "bench-raw-index"
     shutil.copy(gitdir / "index", private)
     git(ws.conv_root, "branch", "-f", "bench-raw", "HEAD")
-    return measure_interleaved(
-        {
-            "10 events": lambda: _turn(runner, short),
-            "1000 events": lambda: _turn(runner, long),
-            "raw plumbing": lambda: _raw_loop(ws.conv_root, counter, private),
-        },
-        repeat=commits,
-        warmup=2,
-    )
+    with contextlib.ExitStack() as held:
+        for conv in (short, long):  # as a run holds them (Runner.run_locked)
+            held.enter_context(locks.conversation_lock(ws.local_dir, conv.id))
+            held.enter_context(conv.exclusive())
+        return measure_interleaved(
+            {
+                "10 events": lambda: _turn(runner, short),
+                "1000 events": lambda: _turn(runner, long),
+                "raw plumbing": lambda: _raw_loop(ws.conv_root, counter, private),
+            },
+            repeat=commits,
+            warmup=2,
+        )
 
 
 def bench_writers(ws: Workspace, threads: int, writes: int) -> dict[str, float]:
@@ -134,15 +139,18 @@ def bench_writers(ws: Workspace, threads: int, writes: int) -> dict[str, float]:
     runner = Runner(ws)
 
     def writer(conv: Conversation) -> None:
-        start.wait()
         mine = []
         try:
-            for _ in range(writes):
-                t0 = time.perf_counter()
-                _turn(runner, conv)
-                mine.append(time.perf_counter() - t0)
+            # As a run does (Runner.run_locked): its lock held, its handle exclusive.
+            with locks.conversation_lock(ws.local_dir, conv.id), conv.exclusive():
+                start.wait()
+                for _ in range(writes):
+                    t0 = time.perf_counter()
+                    _turn(runner, conv)
+                    mine.append(time.perf_counter() - t0)
         except BaseException as exc:  # reported below: a bench must not hide a failure
             errors.append(exc)
+            start.abort()
         with lock:
             latencies.extend(mine)
 

@@ -12,13 +12,14 @@ half a file; commits are the caller's job (see :mod:`jpfs.core.record`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import re
 import time
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,7 @@ class Conversation:
         self._agent: str | None = None
         self._listing: _Listing | None = None
         self._events: str | None = None  # events_dir as a string, built once
+        self._alone = 0  # depth of exclusive(): this handle is the only jpfs writer
 
     def __repr__(self) -> str:
         return f"Conversation({self.id!r})"
@@ -227,6 +229,23 @@ class Conversation:
         return path
 
     # -- events ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[Conversation]:
+        """Within this block the handle's caller holds the conversation's run lock, and so
+        is the only jpfs writer of its events: every other appender (input, a failure
+        record, a fork's copy and prompt) takes that lock first. The handle then trusts
+        its own listing while the directory's stat identity holds, without the tail check
+        of :meth:`event_names` (5 of an append's 12 system calls; each one a hand-off of
+        the interpreter lock when many runs share a process). What that can miss: an
+        event file made by hand while the run appends, which the next event may number
+        over under another role (see protocol/layout.md: input goes through ``task.md``,
+        ``answers.md``, mail or a query, never a hand-made event)."""
+        self._alone += 1
+        try:
+            yield self
+        finally:
+            self._alone -= 1
+
     @property
     def events_dir(self) -> Path:
         return self.path / EVENTS
@@ -250,7 +269,8 @@ class Conversation:
         is still there and no event numbered next exists, under any role (how every
         jpfs writer numbers: see :meth:`append_event`), and is taken again once the
         directory has settled. What that can miss for at most 50 ms: a file named out
-        of sequence by hand in the same clock tick as a jpfs write.
+        of sequence by hand in the same clock tick as a jpfs write. A handle whose
+        caller holds the run lock skips the tail check (:meth:`exclusive`).
         """
         events = self._events_str()
         try:
@@ -261,7 +281,7 @@ class Conversation:
         stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
         cached = self._listing
         if cached is not None and cached.stamp == stamp:
-            if cached.settled:
+            if cached.settled or self._alone:
                 return list(cached.names)
             if not _settled(st) and self._tail_unchanged(cached.names):
                 return list(cached.names)

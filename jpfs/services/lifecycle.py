@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import ids, record, transcript, tree
+from jpfs.core import ids, locks, record, transcript, tree
 from jpfs.core.conversation import TASK, Conversation, create, now
 from jpfs.core.profiles import apply_overrides, load
 from jpfs.core.scope import resolve
@@ -138,23 +138,26 @@ def fork_conversation(
     seq = src.event_names()[-1][0] if src.event_names() else 0
     child_id = ids.join(source, ids.generate())
     fields = {"base": head_commit(ws), **branches.plan(ws, child_id, src.config)}
-    child = create(
-        ws.conv_root,
-        child_id,
-        agent=str(meta.get("agent", "")),
-        title=title if title is not None else str(meta.get("title", "")),
-        hidden=hidden,
-        config=src.config,
-        extra={**fields, "forked_from": f"{source}@{seq}"},
-    )
-    if "branch" in fields:
-        branches.ensure_worktree(ws, branches.require_fork(ws, child.id))
-    if last != 0:
-        # Renumbered from 1 so the child's transcript is self-contained.
-        transcript.copy_for_fork(src.events(), child.events_dir, last)
-    if prompt:
-        child.append_event("user", prompt)
-    record.commit(ws, child.id, "fork", agent=str(meta.get("agent", "")), note=f"from {source}")
+    # Held until the fork is committed: no daemon may run a half-copied child, and its
+    # events have one writer at a time (Conversation.exclusive).
+    with locks.conversation_lock(ws.local_dir, child_id):
+        child = create(
+            ws.conv_root,
+            child_id,
+            agent=str(meta.get("agent", "")),
+            title=title if title is not None else str(meta.get("title", "")),
+            hidden=hidden,
+            config=src.config,
+            extra={**fields, "forked_from": f"{source}@{seq}"},
+        )
+        if "branch" in fields:
+            branches.ensure_worktree(ws, branches.require_fork(ws, child.id))
+        if last != 0:
+            # Renumbered from 1 so the child's transcript is self-contained.
+            transcript.copy_for_fork(src.events(), child.events_dir, last)
+        if prompt:
+            child.append_event("user", prompt)
+        record.commit(ws, child.id, "fork", agent=str(meta.get("agent", "")), note=f"from {source}")
     return child
 
 

@@ -168,7 +168,7 @@ class Runner:
     def run_locked(self, conv: Conversation) -> State:
         # A registered run: kill cancels it, and caller mail is delivered (jpfs.services.runs).
         # With peers sharing the record, claimed on the remote first (re-entrant).
-        with claims.claimed(self.ws, conv.id):
+        with claims.claimed(self.ws, conv.id), conv.exclusive():
             return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
 
     def drive(self, conv: Conversation) -> State:
