@@ -141,8 +141,10 @@ def bench_writers(ws: Workspace, threads: int, writes: int) -> dict[str, float]:
     def writer(conv: Conversation) -> None:
         mine = []
         try:
-            # As a run does (Runner.run_locked): its lock held, its handle exclusive.
+            # As a run does (Runner.run_locked, Runner.drive): its lock held, its handle
+            # exclusive, the caller's edits committed before its first model turn.
             with locks.conversation_lock(ws.local_dir, conv.id), conv.exclusive():
+                runner.commit_caller_edits(conv)
                 start.wait()
                 for _ in range(writes):
                     t0 = time.perf_counter()

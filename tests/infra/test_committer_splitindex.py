@@ -269,3 +269,33 @@ def test_a_shared_index_out_of_order_is_refused(tmp_path: Path) -> None:
     swapped = [raws[1], raws[0], *raws[2:]]
     with pytest.raises(splitindex.SplitCorrupt, match="out of order"):
         splitindex.merge_base(version, link(swapped), gitdir, [])
+
+
+def test_a_busy_record_makes_a_new_base_every_few_thousand_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With splitIndex.maxPercentChange unset, the split part is capped in entries too
+    (20% of 10,000 conversations' index is 29k entries, written at every commit); set, git's
+    percentage alone decides."""
+    monkeypatch.setattr(splitindex, "MAX_CHANGES", 5)
+    repo = seeded(tmp_path, 300)
+    git(repo, "config", "core.splitIndex", "true")
+
+    def commit(*names: str) -> bytes:
+        with Committer(repo) as committer:
+            for name in names:
+                write(repo, name, f"{name}\n")
+            assert committer.commit(Change(names, f"jpfs: {names[0]}")) is not None
+        assert_consistent(repo)
+        split = load(repo).split
+        assert split is not None
+        return split.sha
+
+    first = commit("a0.txt")  # the first base holds a0.txt
+    assert commit("a1.txt", "a2.txt", "a3.txt") == first  # 3 changes: 1% and under 5
+    second = commit("a4.txt", "a5.txt", "a6.txt")  # 6 changes: past 5, 2% of the index
+    assert second != first
+    assert commit("b0.txt") == second
+    git(repo, "config", "splitIndex.maxPercentChange", "20")
+    assert commit(*(f"c{n}.txt" for n in range(8))) == second  # 9 changes, 3% of it
+    assert listing(repo) == ours(load(repo))

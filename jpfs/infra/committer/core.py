@@ -27,6 +27,7 @@ from pathlib import Path
 import pygit2
 
 from jpfs.errors import GitError, JpfsError, RepositoryFault
+from jpfs.infra.committer import splitindex
 from jpfs.infra.committer.batch import GroupCommit, Pending
 from jpfs.infra.committer.change import Change, Identity
 from jpfs.infra.committer.failures import translate
@@ -352,14 +353,17 @@ def _split_policy(get: Callable[[str], str | None]) -> SplitPolicy:
     taken as unset, as jpfs only ever writes an index git then reads."""
     flag = (get("core.splitIndex") or "").lower()
     enabled = True if flag in _TRUE else False if flag in _FALSE else None
+    setting = get("splitIndex.maxPercentChange")
     try:
-        percent = int(get("splitIndex.maxPercentChange") or 20)
+        percent = int(setting or 20)
     except ValueError:
-        percent = 20
+        setting, percent = None, 20
     return SplitPolicy(
         enabled=enabled,
         max_percent=min(max(percent, 0), 100),
         clean=get("splitIndex.sharedIndexExpire") is None,
+        # Unset: git's 20%, and a new base from MAX_CHANGES on (see splitindex).
+        max_changes=splitindex.MAX_CHANGES if setting is None else None,
     )
 
 

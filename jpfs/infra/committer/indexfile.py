@@ -387,9 +387,9 @@ class FastIndex(IndexFile):
         self, gitdir: Path, tmp_dir: Path, policy: SplitPolicy, fsync: bool
     ) -> list[bytes]:
         """The entries and ``link`` extension of a split index, on a new base when the
-        split part has outgrown ``policy.max_percent`` of the index."""
+        split part has outgrown ``policy`` (:meth:`SplitPolicy.outgrown`)."""
         state = self.split
-        if state is None or state.changes() * 100 > policy.max_percent * self.count:
+        if state is None or policy.outgrown(state.changes(), self.count):
             # The base in one buffer, freed once written: a split index is written from
             # its changes, so the chunks' joined bytes would be a second copy of every
             # entry kept for nothing (13 MB of a daemon's memory at 130,000 entries).
