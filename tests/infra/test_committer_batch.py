@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import threading
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jpfs.errors import ScopeError
-from jpfs.infra.committer import Change, Committer
+from jpfs.infra.committer import Change, Committer, batch
 from jpfs.infra.committer.batch import GroupCommit, Pending
 from tests.conftest import wait_until
 
@@ -125,3 +126,63 @@ def test_a_path_beyond_a_link_fails_alone(repo: Path, tmp_path: Path) -> None:
         "README",
         "conversations/a/m.md",
     ]
+
+
+class _Writer:
+    """A thread that submits to ``group`` when told: one writer across several rounds."""
+
+    def __init__(self, group: _Group) -> None:
+        self._group = group
+        self._orders: queue.Queue[bool] = queue.Queue()
+        self._done: queue.Queue[bool] = queue.Queue()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while self._orders.get():
+            self._group.submit()
+            self._done.put(True)
+
+    def submit(self) -> None:
+        self._orders.put(True)
+
+    def wait(self) -> None:
+        self._done.get(timeout=20)
+
+    def stop(self) -> None:
+        self._orders.put(False)
+        self.thread.join()
+
+
+def test_a_round_split_across_two_batches_is_gathered_as_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four writers committed lately, the last batch was b's alone; in the next round a
+    leads and expects b, but c and d come first: they must not complete a's count."""
+    monkeypatch.setattr(batch, "_ACTIVE_SECONDS", 60.0)  # however slow the machine
+    g = _Group()
+    a, b, c, d = (_Writer(g) for _ in range(4))
+    try:
+        for w in (a, c, d, b):
+            w.submit()
+            w.wait()
+        assert g.batches[-1] == [b.thread.ident]
+        # Wide gaps: the arrivals' spacing on a busy machine decides nothing.
+        monkeypatch.setattr(batch, "_GATHER_GAP", 1.0)
+        monkeypatch.setattr(batch, "_GATHER_MAX", 10.0)
+        g.waits = 0
+        a.submit()  # leads, and waits for b
+        wait_until(lambda: g.waits >= 1, message="the leader to gather")
+        c.submit()
+        wait_until(lambda: len(g.group._queue) == 2, message="c queued")
+        d.submit()
+        wait_until(lambda: len(g.group._queue) == 3, message="d queued")
+        b.submit()
+        for w in (a, b, c, d):
+            w.wait()
+        idents = [w.thread.ident for w in (a, b, c, d)]
+        assert sorted(g.batches[-1], key=str) == sorted(idents, key=str)
+        assert len(g.batches) == 5
+    finally:
+        for w in (a, b, c, d):
+            w.stop()

@@ -9,7 +9,11 @@ within 5 ms of the last; 30 ms at most): concurrent writers fold into one commit
 round rather than alternating between smaller ones, each paying a commit and competing
 with the other writers' Python for the interpreter. Only they are waited for, not every
 thread that committed lately: one that committed once and went on to other work would
-hold every round until the timeout. When it is done, the first change queued meanwhile
+hold every round until the timeout. A writer that was not in the last batch but comes
+while the leader gathers (a round that was split across two batches: 50 runs whose
+first commits were staggered) is waited for too, and keeps the gathering open like a
+new writer: otherwise it completed the count in an expected writer's place, and the
+split went on. When it is done, the first change queued meanwhile
 leads the next batch. Each waiter sleeps on a lock of its own, released once for it
 alone: with 50 writers, waking them all through one condition (each then taking its
 mutex in turn) cost more system time than the commits. Processes serialise on the
@@ -100,6 +104,7 @@ class GroupCommit:
         self._writers: dict[int, float] = {}  # thread id -> when it last submitted
         self._previous: frozenset[int] = frozenset()  # the writers of the last batch
         self._wanted = 0  # changes a gathering leader waits for (0: none gathering)
+        self._expected: set[int] | None = None  # the writers it waits for, meanwhile
         self._newcomers = 0  # writers first seen since the last batch was taken
         self._last_arrival = 0.0
         self._closed = False
@@ -123,6 +128,14 @@ class GroupCommit:
             if not pending.heal:
                 me = pending.writer = threading.get_ident()
                 if now - self._writers.get(me, 0.0) >= _ACTIVE_SECONDS:
+                    self._newcomers += 1
+                elif self._expected is not None and me not in self._expected:
+                    # Not among the writers the gathering leader counts on: a round
+                    # larger than the last batch (it was split). It must not complete
+                    # the batch in an expected writer's place, and those still coming
+                    # are gathered like newcomers.
+                    self._expected.add(me)
+                    self._wanted += 1
                     self._newcomers += 1
                 self._writers[me] = now
             self._last_arrival = now
@@ -152,6 +165,7 @@ class GroupCommit:
                 else:
                     expected.add(queued.writer)
             self._wanted = len(expected) + heals
+            self._expected = expected
             cap = now + _GATHER_MAX
             self._last_arrival = max(self._last_arrival, now)
             # Writers not seen before (threads starting together) are gathered while
@@ -163,6 +177,7 @@ class GroupCommit:
                     break
                 self._arrivals.wait(remaining)
             self._wanted = 0
+            self._expected = None
             self._newcomers = 0
             batch, self._queue = self._queue, []
             writers = frozenset(p.writer for p in batch if p.writer is not None)
