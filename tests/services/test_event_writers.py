@@ -87,13 +87,9 @@ def test_every_append_holds_the_run_lock(ws: Path, appends: list[Appended]) -> N
     assert rgit(ws, "status", "--porcelain") == ""
 
 
-def test_an_exclusive_handle_numbers_from_its_own_listing(
-    ws: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Under its run lock a handle does no tail check between its own appends (the
-    check another writer's same-tick append needs); numbering and listing stay right."""
-    w = open_workspace(ws)
-    conv = lifecycle.new_conversation(w, "x", agent="default", task="t")
+@pytest.fixture
+def tail_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The conversation of each tail check a handle makes (Conversation.event_names)."""
     checks: list[str] = []
     original = Conversation._tail_unchanged
 
@@ -102,29 +98,29 @@ def test_an_exclusive_handle_numbers_from_its_own_listing(
         return original(self, names)
 
     monkeypatch.setattr(Conversation, "_tail_unchanged", counted)
+    return checks
+
+
+def test_an_exclusive_handle_numbers_from_its_own_listing(ws: Path, tail_checks: list[str]) -> None:
+    """Under its run lock a handle does no tail check between its own appends (the
+    check another writer's same-tick append needs); numbering and listing stay right."""
+    w = open_workspace(ws)
+    conv = lifecycle.new_conversation(w, "x", agent="default", task="t")
     with locks.conversation_lock(w.local_dir, conv.id), conv.exclusive():
         seqs = [conv.append_event("assistant", f"{n}").seq for n in range(30)]
-    assert seqs == list(range(1, 31)) and checks == []
+    assert seqs == list(range(1, 31)) and tail_checks == []
     assert [seq for seq, _, _ in conv.event_names()] == list(range(1, 31))
     # Outside the block the same appends check the tail again, as another writer may
     # have numbered the next event within the clock tick of the last one.
     other = Conversation(w.conv_root, conv.id)
     for n in range(30):
         other.append_event("user", f"{n}")
-    assert checks, "no tail check outside exclusive()"
+    assert tail_checks, "no tail check outside exclusive()"
 
 
-def test_a_run_trusts_its_own_listing(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_trusts_its_own_listing(ws: Path, tail_checks: list[str]) -> None:
     w = lead_workspace(ws)
-    checks: list[str] = []
-    original = Conversation._tail_unchanged
-
-    def counted(self: Conversation, names: list[tuple[int, str, str]]) -> bool:
-        checks.append(self.id)
-        return original(self, names)
-
-    monkeypatch.setattr(Conversation, "_tail_unchanged", counted)
     done = query(w, "hello", segment="q", agent="lead")
     assert done.state is State.IDLE and done.text == "done: hello\n"
     assert len(Conversation(w.conv_root, "q").event_names()) == 2
-    assert checks == []  # the run appended and looked again, under its lock
+    assert tail_checks == []  # the run appended and looked again, under its lock

@@ -127,15 +127,15 @@ class GroupCommit:
             now = time.monotonic()
             if not pending.heal:
                 me = pending.writer = threading.get_ident()
-                if now - self._writers.get(me, 0.0) >= _ACTIVE_SECONDS:
-                    self._newcomers += 1
-                elif self._expected is not None and me not in self._expected:
-                    # Not among the writers the gathering leader counts on: a round
-                    # larger than the last batch (it was split). It must not complete
-                    # the batch in an expected writer's place, and those still coming
-                    # are gathered like newcomers.
+                new = now - self._writers.get(me, 0.0) >= _ACTIVE_SECONDS
+                if self._expected is not None and me not in self._expected:
+                    # Not among the writers the gathering leader counts on (new, or a
+                    # round larger than the last batch): it must not complete the batch
+                    # in an expected writer's place, and those still coming are gathered.
                     self._expected.add(me)
                     self._wanted += 1
+                    new = True
+                if new:
                     self._newcomers += 1
                 self._writers[me] = now
             self._last_arrival = now

@@ -17,9 +17,10 @@ write makes a new base. With that setting unset, jpfs also makes one once the pa
 holds :data:`MAX_CHANGES` entries: every commit writes and hashes the whole part, and
 20% of a 145k-entry index (10,000 conversations) is 29k entries, 2.3 MB per commit of a
 busy daemon. The cap is not lower because a new base costs 30-140 ms at that size (13
-MB joined, hashed and written), paid by the one commit that makes it: every 40 commits
-of 50 writers at 2,048 entries, a p99 of 50 writers; every 160 at 8,192. Base files superseded by jpfs are deleted an hour after anyone
-last used them (git's readers touch the base they read), unless
+MB joined, hashed and written), paid by the one commit that makes it: at 2,048 entries
+that was every 40 rounds of 50 writers, a p99 of its own; at 8,192, every 160. Base
+files superseded by jpfs are deleted an hour after anyone last used them (git's readers
+touch the base they read), unless
 ``splitIndex.sharedIndexExpire`` is set, in which case git's own cleaning applies.
 """
 
