@@ -5,7 +5,7 @@ fork's copy and prompt, caller mail delivered as input."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ Appended = tuple[str, str, bool]  # conversation, role, its run lock held
 
 
 @pytest.fixture
-def appends(ws: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Appended]]:
+def appends(ws: Path, monkeypatch: pytest.MonkeyPatch) -> list[Appended]:
     """Each event appended in this process, with whether its run lock was held then."""
     local = open_workspace(ws).local_dir
     seen: list[Appended] = []
@@ -52,7 +52,7 @@ def appends(ws: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Appended
         return original(self, role, body, meta)
 
     monkeypatch.setattr(Conversation, "append_event", watched)
-    yield seen
+    return seen
 
 
 def lead_workspace(ws: Path) -> Workspace:
