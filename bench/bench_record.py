@@ -8,7 +8,8 @@ file through :meth:`Conversation.append_event`, then :meth:`Runner.commit`, whic
 commits the conversation's own files on ``jpfs-record`` (the run's first commit the
 whole ``events/``, later ones the events written since) with the record worktree's
 index kept in step. The workspace is made by
-``jpfs init`` and filled with N idle conversations of 10 events (default 1,000).
+``jpfs init`` and filled with N idle conversations of 10 events (default 1,000); every
+size's workspace is made before the first is measured.
 
 * **events**: one commit into a conversation of 10 events against one of 1,000 events
   (measured in alternation): the cost must not grow with the conversation;
@@ -253,23 +254,27 @@ def bench_index_codec(ws: Workspace, repeat: int) -> dict[str, Stats]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def bench_size(size: int, commits: int, threads: int, writes: int) -> dict[str, Any]:
-    with temp_dir() as tmp:
-        root = make_workspace(tmp / "ws")
-        if size:
-            populate(root, size, 10)
-        ws = open_workspace(root, search=False)
-        events = bench_events(ws, commits)
-        # What the set-up and the commits above wrote is flushed first, so that the
-        # kernel's writeback of it does not compete with the writers.
-        os.sync()
-        create = bench_creates(ws, threads * writes)
-        writers = bench_writers(ws, threads, writes)
-        codec = bench_index_codec(ws, max(10, commits // 2))
-        # raw/ holds the baseline's files (committed on its own branch).
-        clean = git(ws.conv_root, "status", "--porcelain", "--", ".", ":!raw") == ""
-        entries = len(git(ws.conv_root, "ls-files").splitlines())
-        ws.committer.close(wait=True)
+def prepare(tmp: Path, size: int) -> Path:
+    """The workspace of one size: ``jpfs init`` and ``size`` idle conversations."""
+    root = make_workspace(tmp / "ws")
+    if size:
+        populate(root, size, 10)
+    return root
+
+
+def bench_size(root: Path, size: int, commits: int, threads: int, writes: int) -> dict[str, Any]:
+    ws = open_workspace(root, search=False)
+    events = bench_events(ws, commits)
+    # What the set-up and the commits above wrote is flushed first, so that the
+    # kernel's writeback of it does not compete with the writers.
+    os.sync()
+    create = bench_creates(ws, threads * writes)
+    writers = bench_writers(ws, threads, writes)
+    codec = bench_index_codec(ws, max(10, commits // 2))
+    # raw/ holds the baseline's files (committed on its own branch).
+    clean = git(ws.conv_root, "status", "--porcelain", "--", ".", ":!raw") == ""
+    entries = len(git(ws.conv_root, "ls-files").splitlines())
+    ws.committer.close(wait=True)
     short, long, raw = events["10 events"], events["1000 events"], events["raw plumbing"]
     return {
         "conversations": size,
@@ -302,7 +307,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sizes = args.conversations or ([100, 1000] if args.quick else [100, 1000, 10000])
     pin_environment()
     print_machine()
-    results = {str(n): bench_size(n, commits, args.threads, writes) for n in sizes}
+    # Every size's workspace is made before any is measured, so that all sizes meet
+    # the file system in one state: measured between set-ups, the smaller sizes met
+    # the inodes freed by whatever ran before the bench still quarantined (see
+    # bench_creates), and the largest, after minutes of set-up, did not.
+    with contextlib.ExitStack() as stack:
+        roots = {n: prepare(stack.enter_context(temp_dir()), n) for n in sizes}
+        results = {str(n): bench_size(roots[n], n, commits, args.threads, writes) for n in sizes}
     print_table(
         "record commits on the real runtime path (append an event + record.commit)",
         ["conversations", "10 events", "1000 events", "ratio (<= 1.5)", "raw plumbing",
