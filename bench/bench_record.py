@@ -3,9 +3,9 @@
 Usage: python bench/bench_record.py [--quick] [--commits N] [--threads T] [--writes K]
                                     [--conversations N]
 
-Every jpfs commit here is what the runtime does after a model reply: append an event
-file through :meth:`Conversation.append_event`, then :meth:`Runner.commit`, which
-commits the conversation's own files on ``jpfs-record`` (the run's first commit the
+Every jpfs commit here is what the runtime does after a model reply,
+:meth:`Runner.record_event`: an event numbered by the conversation's handle, its file
+made by the committer as it commits the conversation's own files on ``jpfs-record`` (the run's first commit the
 whole ``events/``, later ones the events written since) with the record worktree's
 index kept in step. The workspace is made by
 ``jpfs init`` and filled with N idle conversations of 10 events (default 1,000); every
@@ -79,8 +79,9 @@ def _conversation(ws: Workspace, conv_id: str, events: int) -> Conversation:
 
 def _turn(runner: Runner, conv: Conversation) -> None:
     """What the runtime does after a model reply (:meth:`Runner.work_step`)."""
-    conv.append_event("assistant", _BODY, {"model": "claude-bench"})
-    runner.commit(conv, "assistant", model="claude-bench")
+    runner.record_event(
+        conv, "assistant", _BODY, {"model": "claude-bench"}, event="assistant", model="claude-bench"
+    )
 
 
 def _raw_loop(conv_root: Path, counter: list[int], index: Path) -> None:

@@ -351,6 +351,30 @@ class Conversation:
 
     def append_event(self, role: str, body: str, meta: Mapping[str, Any] | None = None) -> Event:
         """Write the next event file; O_EXCL makes two writers fail rather than overwrite."""
+        event, text = self.prepare_event(role, body, meta)
+        try:
+            created = textfile.create_new(event.path, text, parents=False, root=self.root)
+        except FileNotFoundError as exc:
+            try:  # events/ alone removed (a listing taken before): made again
+                textfile.check_within(self.path, self.root)
+                self.events_dir.mkdir()
+            except FileNotFoundError:
+                raise self._gone() from exc
+            except FileExistsError:
+                pass
+            created = textfile.create_new(event.path, text, parents=False, root=self.root)
+        if not created:
+            self._listing = None
+            raise ExistsError(f"event {event.path.name} already exists in {self.id}")
+        self.adopt_event(event)
+        return event
+
+    def prepare_event(
+        self, role: str, body: str, meta: Mapping[str, Any] | None = None
+    ) -> tuple[Event, str]:
+        """The next event, numbered, and the text of its file, which is not written yet:
+        :meth:`append_event` writes it, or a committer as it commits it (a run's
+        :meth:`~jpfs.services.runtime.Runner.record_event`); then :meth:`adopt_event`."""
         if role not in ROLES:
             raise ValueError(f"unknown event role {role!r}")
         names = self.event_names()
@@ -368,30 +392,24 @@ class Conversation:
             ]
         text = frontmatter.render(full, body)
         path = self.events_dir / f"{seq:04d}-{role}.md"
-        try:
-            created = textfile.create_new(path, text, parents=False, root=self.root)
-        except FileNotFoundError as exc:
-            try:  # events/ alone removed (a listing taken before): made again
-                textfile.check_within(self.path, self.root)
-                self.events_dir.mkdir()
-            except FileNotFoundError:
-                raise self._gone() from exc
-            except FileExistsError:
-                pass
-            created = textfile.create_new(path, text, parents=False, root=self.root)
-        if not created:
-            self._listing = None
-            raise ExistsError(f"event {path.name} already exists in {self.id}")
-        # The listing plus our own file; the directory has just changed, so it stays
-        # unsettled and the next look checks its tail (see event_names).
+        return Event(seq, role, path, dict(full), body), text
+
+    def adopt_event(self, event: Event) -> None:
+        """Count ``event``, whose file was made from :meth:`prepare_event`, in the handle's
+        listing: the listing plus that file. The directory has just changed, so the
+        listing stays unsettled and the next look checks its tail (see event_names)."""
+        cached = self._listing
         try:
             st = os.stat(self._events_str())
         except OSError:
             self._listing = None
-        else:
-            stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-            self._listing = _Listing(stamp, [*names, (seq, role, path.name)], False, True)
-        return Event(seq, role, path, dict(full), body)
+            return
+        if cached is None or (cached.names and cached.names[-1][0] >= event.seq):
+            self._listing = None  # listed anew at the next look
+            return
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        names = [*cached.names, (event.seq, event.role, event.path.name)]
+        self._listing = _Listing(stamp, names, False, True)
 
 
 def _settled(st: os.stat_result) -> bool:

@@ -40,8 +40,11 @@ def change(
     usage: Usage | None = None,
     author: Identity | None = None,
     note: str | None = None,
+    creates: Iterable[tuple[str, str]] = (),
 ) -> Change:
-    """A change of conversation ``conv_id``; ``paths`` default to its whole directory."""
+    """A change of conversation ``conv_id``; ``paths`` default to its whole directory.
+
+    ``creates``: new files the committer makes before it snapshots (:class:`Change`)."""
     rel = [f"{ws.conv_root_rel}/{conv_id}"] if not paths else list(paths)
     trailers = [("Jpfs-Conversation", conv_id), ("Jpfs-Event", event)]
     if agent:
@@ -54,7 +57,13 @@ def change(
         # Several machines share this record: say which one made the change.
         trailers.append(("Jpfs-Machine", machine_name(ws)))
     subject = f"jpfs({conv_id}): {event}" + (f" {note}" if note else "")
-    return Change(paths=tuple(rel), subject=subject, trailers=tuple(trailers), author=author)
+    return Change(
+        paths=tuple(rel),
+        subject=subject,
+        trailers=tuple(trailers),
+        author=author,
+        creates=tuple(creates),
+    )
 
 
 def commit(ws: Workspace, conv_id: str, event: str, **kwargs: object) -> str | None:

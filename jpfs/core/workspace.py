@@ -95,7 +95,8 @@ class Workspace:
     def commit(self, change: Change) -> str | None:
         """Commit ``change`` (workspace-relative paths under the root) on the record."""
         paths = tuple(self.record_path(p) for p in change.paths)
-        return self.committer.commit(dataclasses.replace(change, paths=paths))
+        creates = tuple((self.record_path(p), text) for p, text in change.creates)
+        return self.committer.commit(dataclasses.replace(change, paths=paths, creates=creates))
 
 
 def find_root(start: Path | None = None) -> Path:

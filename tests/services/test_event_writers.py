@@ -5,6 +5,7 @@ fork's copy and prompt, caller mail delivered as input."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from jpfs.core import locks, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
+from jpfs.errors import ExistsError
 from jpfs.services import background, control, lifecycle, mail
 from jpfs.services.query import query
 from jpfs.services.runtime import Runner
@@ -40,10 +42,11 @@ Appended = tuple[str, str, bool]  # conversation, role, its run lock held
 
 @pytest.fixture
 def appends(ws: Path, monkeypatch: pytest.MonkeyPatch) -> list[Appended]:
-    """Each event appended in this process, with whether its run lock was held then."""
+    """Each event numbered in this process (every append numbers its event first, then
+    writes it or has the committer write it), with whether its run lock was held then."""
     local = open_workspace(ws).local_dir
     seen: list[Appended] = []
-    original = Conversation.append_event
+    original = Conversation.prepare_event
 
     def watched(
         self: Conversation, role: str, body: str, meta: Mapping[str, Any] | None = None
@@ -51,7 +54,7 @@ def appends(ws: Path, monkeypatch: pytest.MonkeyPatch) -> list[Appended]:
         seen.append((self.id, role, locks.is_locked(local, self.id)))
         return original(self, role, body, meta)
 
-    monkeypatch.setattr(Conversation, "append_event", watched)
+    monkeypatch.setattr(Conversation, "prepare_event", watched)
     return seen
 
 
@@ -124,3 +127,71 @@ def test_a_run_trusts_its_own_listing(ws: Path, tail_checks: list[str]) -> None:
     assert done.state is State.IDLE and done.text == "done: hello\n"
     assert len(Conversation(w.conv_root, "q").event_names()) == 2
     assert tail_checks == []  # the run appended and looked again, under its lock
+
+
+def test_a_run_records_an_event_in_one_commit(ws: Path) -> None:
+    """Runner.record_event: the event is numbered by the handle, its file made by the
+    committer, and both land in one commit."""
+    w = open_workspace(ws)
+    conv = lifecycle.new_conversation(w, "one", agent="default", task="t")
+    runner = Runner(w)
+    with locks.conversation_lock(w.local_dir, conv.id), conv.exclusive():
+        runner.commit_caller_edits(conv)
+        made = [
+            runner.record_event(conv, "assistant", f"turn {n}", event="assistant") for n in (1, 2)
+        ]
+        assert [e.seq for e in made] == [1, 2] and conv.event_names()[-1][0] == 2
+    for event in made:
+        assert event.path.read_text(encoding="utf-8").endswith(f"turn {event.seq}\n")
+        rel = f"one/events/{event.path.name}"
+        assert rgit(ws, "log", "--format=%s", "--", rel).splitlines() == ["jpfs(one): assistant"]
+    assert rgit(ws, "status", "--porcelain") == ""
+
+
+def test_events_removed_before_the_commit_are_made_again(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = open_workspace(ws)
+    conv = lifecycle.new_conversation(w, "gone", agent="default", task="t")
+    runner = Runner(w)
+    original = Conversation.prepare_event
+    removed: list[bool] = []
+
+    def then_removed(self: Conversation, *args: Any) -> Any:
+        prepared = original(self, *args)
+        if not removed:  # by hand, between the numbering and the commit
+            shutil.rmtree(self.events_dir)
+            removed.append(True)
+        return prepared
+
+    with locks.conversation_lock(w.local_dir, conv.id), conv.exclusive():
+        runner.record_event(conv, "assistant", "first", event="assistant")
+        monkeypatch.setattr(Conversation, "prepare_event", then_removed)
+        again = runner.record_event(conv, "assistant", "second", event="assistant")
+    assert (
+        removed and again.seq == 1 and again.path.read_text(encoding="utf-8").endswith("second\n")
+    )
+    assert "gone/events/0001-assistant.md" in rgit(ws, "ls-tree", "-r", "--name-only", "HEAD")
+
+
+def test_a_hand_made_event_with_the_next_name_is_never_overwritten(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = open_workspace(ws)
+    conv = lifecycle.new_conversation(w, "clash", agent="default", task="t")
+    runner = Runner(w)
+    original = Conversation.prepare_event
+
+    def then_made_by_hand(self: Conversation, *args: Any) -> Any:
+        event, text = original(self, *args)
+        event.path.write_text("by hand\n", encoding="utf-8")
+        return event, text
+
+    monkeypatch.setattr(Conversation, "prepare_event", then_made_by_hand)
+    with (
+        locks.conversation_lock(w.local_dir, conv.id),
+        conv.exclusive(),
+        pytest.raises(ExistsError, match=r"0001-assistant\.md already exists in clash"),
+    ):
+        runner.record_event(conv, "assistant", "mine", event="assistant")
+    assert (conv.events_dir / "0001-assistant.md").read_text(encoding="utf-8") == "by hand\n"

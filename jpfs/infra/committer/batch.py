@@ -46,6 +46,8 @@ class Pending:
         "_sha",
         "_wake",
         "change",
+        "created",
+        "creates",
         "done",
         "heal",
         "lead",
@@ -55,9 +57,18 @@ class Pending:
         "writer",
     )
 
-    def __init__(self, change: Change, paths: tuple[str, ...], *, heal: bool = False) -> None:
+    def __init__(
+        self,
+        change: Change,
+        paths: tuple[str, ...],
+        *,
+        creates: tuple[tuple[str, str], ...] = (),
+        heal: bool = False,
+    ) -> None:
         self.change = change
         self.paths = paths
+        self.creates = creates  # checked paths, as ``paths``
+        self.created = False  # the files of ``creates`` are made (a retry makes them once)
         self.heal = heal
         self.writer: int | None = None  # the submitting thread (None: a heal)
         self.snapshot: list[Blob | Dir | None] = []

@@ -23,16 +23,29 @@ class Identity:
 
 @dataclass(frozen=True)
 class Change:
-    """One logical state change: snapshot ``paths`` and record them under ``subject``."""
+    """One logical state change: snapshot ``paths`` and record them under ``subject``.
+
+    ``creates``: (path, text) of new files the committer makes, each all or nothing and
+    only if no file has its name, right before it snapshots ``paths`` (which must
+    include them): a writer's new file and its commit in one step of the committing
+    thread (see :meth:`jpfs.infra.committer.Committer.commit`)."""
 
     paths: tuple[str, ...]
     subject: str
     trailers: tuple[tuple[str, str], ...] = ()
     author: Identity | None = None
+    creates: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.paths, str):
             raise TypeError("Change.paths must be a tuple of paths, not a string")
+        for created in self.creates:
+            if not (
+                isinstance(created, tuple)
+                and len(created) == 2
+                and all(isinstance(part, str) for part in created)
+            ):
+                raise TypeError(f"Change.creates holds (path, text) pairs, not {created!r}")
         if not self.subject.strip() or "\n" in self.subject or "\r" in self.subject:
             raise ValueError(f"commit subject must be one non-empty line: {self.subject!r}")
         for key, value in self.trailers:
