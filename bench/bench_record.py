@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         roots = {n: prepare(stack.enter_context(temp_dir()), n) for n in sizes}
         results = {str(n): bench_size(roots[n], n, commits, args.threads, writes) for n in sizes}
     print_table(
-        "record commits on the real runtime path (append an event + record.commit)",
+        "record commits on the real runtime path (Runner.record_event: an event and its commit)",
         ["conversations", "10 events", "1000 events", "ratio (<= 1.5)", "raw plumbing",
          "raw / jpfs (>= 3)"],
         [
