@@ -5,11 +5,11 @@ Usage: python bench/bench_record.py [--quick] [--commits N] [--threads T] [--wri
 
 Every jpfs commit here is what the runtime does after a model reply,
 :meth:`Runner.record_event`: an event numbered by the conversation's handle, its file
-made by the committer as it commits the conversation's own files on ``jpfs-record`` (the run's first commit the
-whole ``events/``, later ones the events written since) with the record worktree's
-index kept in step. The workspace is made by
-``jpfs init`` and filled with N idle conversations of 10 events (default 1,000); every
-size's workspace is made before the first is measured.
+made by the committer as it commits the conversation's own files on ``jpfs-record``
+(the run's first commit the whole ``events/``, later ones the events written since),
+with the record worktree's index kept in step. The workspace is made by ``jpfs init``
+and filled with N idle conversations of 10 events (default 1,000); every size's
+workspace is made before the first is measured.
 
 * **events**: one commit into a conversation of 10 events against one of 1,000 events
   (measured in alternation): the cost must not grow with the conversation;

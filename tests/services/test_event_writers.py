@@ -6,14 +6,14 @@ fork's copy and prompt, caller mail delivered as input."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jpfs.core import locks, tree
-from jpfs.core.conversation import Conversation
+from jpfs.core.conversation import Conversation, Event
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import ExistsError
@@ -148,29 +148,37 @@ def test_a_run_records_an_event_in_one_commit(ws: Path) -> None:
     assert rgit(ws, "status", "--porcelain") == ""
 
 
+def after_numbering(
+    monkeypatch: pytest.MonkeyPatch, action: Callable[[Conversation, Event], None]
+) -> list[Event]:
+    """Run ``action`` once, between the numbering of the next event and its commit (a
+    human's hand, say); returns the events it ran for."""
+    original = Conversation.prepare_event
+    seen: list[Event] = []
+
+    def then_acted(self: Conversation, *args: Any) -> tuple[Event, str]:
+        event, text = original(self, *args)
+        if not seen:
+            seen.append(event)
+            action(self, event)
+        return event, text
+
+    monkeypatch.setattr(Conversation, "prepare_event", then_acted)
+    return seen
+
+
 def test_events_removed_before_the_commit_are_made_again(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     w = open_workspace(ws)
     conv = lifecycle.new_conversation(w, "gone", agent="default", task="t")
     runner = Runner(w)
-    original = Conversation.prepare_event
-    removed: list[bool] = []
-
-    def then_removed(self: Conversation, *args: Any) -> Any:
-        prepared = original(self, *args)
-        if not removed:  # by hand, between the numbering and the commit
-            shutil.rmtree(self.events_dir)
-            removed.append(True)
-        return prepared
-
     with locks.conversation_lock(w.local_dir, conv.id), conv.exclusive():
         runner.record_event(conv, "assistant", "first", event="assistant")
-        monkeypatch.setattr(Conversation, "prepare_event", then_removed)
+        removed = after_numbering(monkeypatch, lambda c, _: shutil.rmtree(c.events_dir))
         again = runner.record_event(conv, "assistant", "second", event="assistant")
-    assert (
-        removed and again.seq == 1 and again.path.read_text(encoding="utf-8").endswith("second\n")
-    )
+    assert [e.seq for e in removed] == [2]
+    assert again.seq == 1 and again.path.read_text(encoding="utf-8").endswith("second\n")
     assert "gone/events/0001-assistant.md" in rgit(ws, "ls-tree", "-r", "--name-only", "HEAD")
 
 
@@ -180,14 +188,7 @@ def test_a_hand_made_event_with_the_next_name_is_never_overwritten(
     w = open_workspace(ws)
     conv = lifecycle.new_conversation(w, "clash", agent="default", task="t")
     runner = Runner(w)
-    original = Conversation.prepare_event
-
-    def then_made_by_hand(self: Conversation, *args: Any) -> Any:
-        event, text = original(self, *args)
-        event.path.write_text("by hand\n", encoding="utf-8")
-        return event, text
-
-    monkeypatch.setattr(Conversation, "prepare_event", then_made_by_hand)
+    after_numbering(monkeypatch, lambda _, e: e.path.write_text("by hand\n", encoding="utf-8"))
     with (
         locks.conversation_lock(w.local_dir, conv.id),
         conv.exclusive(),
