@@ -221,8 +221,7 @@ class EventLog:
                 pass
             created = textfile.create_new(event.path, text, parents=False, root=self.root)
         if not created:
-            self._listing = None
-            raise ExistsError(f"event {event.path.name} already exists in {self.id}")
+            raise self.clash(event)
         self.adopt_event(event)
         return event
 
@@ -250,6 +249,16 @@ class EventLog:
         text = frontmatter.render(full, body)
         path = self.events_dir / f"{seq:04d}-{role}.md"
         return Event(seq, role, path, dict(full), body), text
+
+    def clash(self, event: Event) -> ExistsError:
+        """The error for ``event`` whose name another file took first (the listing is
+        taken again at the next look)."""
+        self._listing = None
+        return ExistsError(
+            f"event {event.path.name} already exists in {self.id}, made outside jpfs:"
+            " move it out of events/ and give input through task.md, answers.md, mail or"
+            " a query"
+        )
 
     def adopt_event(self, event: Event) -> None:
         """Count ``event``, whose file was made from :meth:`prepare_event`, in the handle's

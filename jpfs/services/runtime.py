@@ -138,7 +138,7 @@ class Runner:
         try:
             self.commit(conv, event, created=(new, text), **kwargs)
         except ExistsError as exc:
-            raise ExistsError(f"event {new.path.name} already exists in {conv.id}") from exc
+            raise conv.clash(new) from exc
         except NotFoundError as exc:
             if isinstance(exc, ConversationGone):
                 raise

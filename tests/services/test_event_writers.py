@@ -5,8 +5,9 @@ fork's copy and prompt, caller mail delivered as input."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,13 +130,23 @@ def test_a_run_trusts_its_own_listing(ws: Path, tail_checks: list[str]) -> None:
     assert tail_checks == []  # the run appended and looked again, under its lock
 
 
+def new_run(ws: Path, conv_id: str) -> tuple[Conversation, Runner]:
+    w = open_workspace(ws)
+    return lifecycle.new_conversation(w, conv_id, agent="default", task="t"), Runner(w)
+
+
+@contextlib.contextmanager
+def running(runner: Runner, conv: Conversation) -> Iterator[None]:
+    """As a run holds its conversation (Runner.run_locked): its lock, its handle exclusive."""
+    with locks.conversation_lock(runner.ws.local_dir, conv.id), conv.exclusive():
+        yield
+
+
 def test_a_run_records_an_event_in_one_commit(ws: Path) -> None:
     """Runner.record_event: the event is numbered by the handle, its file made by the
     committer, and both land in one commit."""
-    w = open_workspace(ws)
-    conv = lifecycle.new_conversation(w, "one", agent="default", task="t")
-    runner = Runner(w)
-    with locks.conversation_lock(w.local_dir, conv.id), conv.exclusive():
+    conv, runner = new_run(ws, "one")
+    with running(runner, conv):
         runner.commit_caller_edits(conv)
         made = [
             runner.record_event(conv, "assistant", f"turn {n}", event="assistant") for n in (1, 2)
@@ -170,10 +181,8 @@ def after_numbering(
 def test_events_removed_before_the_commit_are_made_again(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    w = open_workspace(ws)
-    conv = lifecycle.new_conversation(w, "gone", agent="default", task="t")
-    runner = Runner(w)
-    with locks.conversation_lock(w.local_dir, conv.id), conv.exclusive():
+    conv, runner = new_run(ws, "gone")
+    with running(runner, conv):
         runner.record_event(conv, "assistant", "first", event="assistant")
         removed = after_numbering(monkeypatch, lambda c, _: shutil.rmtree(c.events_dir))
         again = runner.record_event(conv, "assistant", "second", event="assistant")
@@ -185,14 +194,12 @@ def test_events_removed_before_the_commit_are_made_again(
 def test_a_hand_made_event_with_the_next_name_is_never_overwritten(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    w = open_workspace(ws)
-    conv = lifecycle.new_conversation(w, "clash", agent="default", task="t")
-    runner = Runner(w)
+    conv, runner = new_run(ws, "clash")
     after_numbering(monkeypatch, lambda _, e: e.path.write_text("by hand\n", encoding="utf-8"))
     with (
-        locks.conversation_lock(w.local_dir, conv.id),
-        conv.exclusive(),
-        pytest.raises(ExistsError, match=r"0001-assistant\.md already exists in clash"),
+        running(runner, conv),
+        pytest.raises(ExistsError, match=r"0001-assistant\.md already exists in clash") as clash,
     ):
         runner.record_event(conv, "assistant", "mine", event="assistant")
+    assert "move it out of events/" in str(clash.value)  # and what to do instead
     assert (conv.events_dir / "0001-assistant.md").read_text(encoding="utf-8") == "by hand\n"
