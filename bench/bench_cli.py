@@ -15,7 +15,9 @@ commands on the full tree take seconds each, so they run --repeat-tree times):
 * ``jpfs conversation grep P`` against ``git grep P`` on the conversation root, for a
   pattern with a few hundred matches and one with none (target: within 1.2x); plus
   the ``git grep`` jpfs actually runs (same flags; and with ``--untracked``, for
-  reference) and ``jpfs.services.search.grep`` in process.
+  reference), ``jpfs.services.search.grep`` in process, the scan for files not
+  committed (``jpfs.infra.untracked``, its cache warm, against the ``git ls-files -o``
+  it replaced) and the CLI with that cache deleted before each run (cold).
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -44,6 +46,7 @@ from bench.common import (
     print_machine,
     print_table,
     ratio,
+    run_command,
     temp_dir,
     use_bytecode_cache,
 )
@@ -149,17 +152,24 @@ def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[
 
 def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
     from jpfs.core.workspace import open_workspace
+    from jpfs.infra import untracked as scan
     from jpfs.services import search
 
     workspace = open_workspace(ws, search=False)
     record = workspace.conv_root  # the record worktree: git runs there, on its branch
+    local = workspace.local_dir  # where the CLI keeps its caches, as here
+
+    def cold(pattern: str) -> bytes:
+        (local / scan.FILE).unlink(missing_ok=True)
+        return run_command(jpfs_argv("conversation", "grep", pattern), ws, ok=(0, 1))
+
     out: dict[str, Any] = {}
     rows = []
     for label, pattern, want in (
         ("few hundred matches", NEEDLE, expected),
         ("no match", ABSENT, 0),
     ):
-        found = len(search.grep(record, pattern))
+        found = len(search.grep(record, pattern, cache_dir=local))
         if found != want:
             raise RuntimeError(f"jpfs grep {pattern!r} found {found} matches, expected {want}")
         # What search.grep runs (binary files skipped, NUL-separated), and the same with
@@ -173,7 +183,10 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
                 "same": command(same, record, ok=(0, 1)),
                 "untracked": command(untracked, record, ok=(0, 1)),
                 "jpfs": command(jpfs_argv("conversation", "grep", pattern), ws, ok=(0, 1)),
-                "inproc": lambda p=pattern: search.grep(record, p),  # type: ignore[misc]
+                "inproc": lambda p=pattern: search.grep(record, p, cache_dir=local),  # type: ignore[misc]
+                "others": command(["git", "ls-files", "-z", "-o", "--exclude-standard"], record),
+                "scan": lambda: scan.untracked(record, cache_dir=local),
+                "cold": lambda p=pattern: cold(p),  # type: ignore[misc]
             },
             repeat=repeat,
         )
@@ -194,6 +207,9 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
                 f" {verdict(jpfs.median, base, GREP_TARGET)}",
             ),
             row("jpfs.services.search.grep() in process", inproc),
+            row("  of which, beside git grep: the untracked scan", got["scan"]),
+            row("  git ls-files -o, the scan it replaced", got["others"]),
+            row("jpfs conversation grep P, its cache cold", got["cold"]),
         ]
         out[label.replace(" ", "_")] = {
             "pattern": pattern,
@@ -203,6 +219,9 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
             "git_grep_jpfs_flags_untracked": got["untracked"].to_json(),
             "jpfs_grep": jpfs.to_json(),
             "search_grep_in_process": inproc.to_json(),
+            "untracked_scan_warm": got["scan"].to_json(),
+            "git_ls_files_others": got["others"].to_json(),
+            "jpfs_grep_cache_cold": got["cold"].to_json(),
             "ratio": jpfs.median / base,
         }
     print_table(

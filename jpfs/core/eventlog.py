@@ -21,14 +21,14 @@ from typing import Any, Self
 
 from jpfs.core import frontmatter
 from jpfs.errors import ConversationGone, ExistsError
-from jpfs.infra import textfile
+from jpfs.infra import fsclock, textfile
 
 EVENTS = "events"
 EVENT_RE = re.compile(r"^([0-9]{4,})-([a-z]+)\.md\Z")
 ROLES = ("user", "assistant", "tool", "error")
 # A directory modified within this much of being stat'ed may be modified again with the
-# same timestamps (they come from a coarse clock, well under 50 ms).
-_SETTLED_NS = 50_000_000
+# same timestamps (they come from a coarse clock).
+_SETTLED_NS = fsclock.SETTLED_NS
 
 
 def now() -> dt.datetime:

@@ -9,7 +9,6 @@ processes; creation still uses an exclusive ``mkdir`` as the last word.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
@@ -84,6 +83,8 @@ def encode(value: int, length: int) -> str:
 def file_key(text: str, length: int = 20) -> str:
     """A flat, fixed-length file name for ``text`` (a conversation id, deep ids
     included, would otherwise exceed NAME_MAX or need escaping)."""
+    import hashlib  # here: loading OpenSSL costs every command ~3 ms; few need a key
+
     return hashlib.sha1(text.encode()).hexdigest()[:length]
 
 

@@ -21,13 +21,9 @@ Not seen until something else in the conversation changes: an event file or
 (a listing shows whether it exists, never what it says). The daemon's own signature
 (:mod:`jpfs.services.daemon.seen`) also covers the last event.
 
-Timestamps come from a coarse clock: a second change within the same tick (a few ms;
-a whole second on some file systems) can leave a directory's or file's stamps as they
-were. So, as git does with its index, a stamp is trusted later only if it is older
-than the walk: than :data:`SETTLED_NS` before it began, and than the file system's own
-time then (a probe file's mtime, set by the clock that stamps every file). A directory
-or conversation changed more recently is listed or read again next time, until its
-files have held still.
+A stamp is trusted later only if it had settled when the walk began
+(:mod:`jpfs.infra.fsclock`): a directory or conversation changed more recently is
+listed or read again next time, until its files have held still.
 
 It is never the source of truth: a missing, stale or unreadable cache is rebuilt from
 the files, and it is machine-local (``.jpfs/local``), never committed or cloned.
@@ -39,18 +35,15 @@ import marshal
 import os
 import stat
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from jpfs.core import ids
-from jpfs.infra import textfile
+from jpfs.infra import fsclock, textfile
 
 FILE = "summaries.bin"
 VERSION = 3
-# Longer than a tick of the clock that stamps files (jiffies: 1-10 ms).
-SETTLED_NS = 50_000_000
 CLOCK = "summaries.clock"  # touched at each walk: the file system's time
 _MARKS = frozenset({"conversation.toml", "task.md"})
 # What a summary depends on besides the directory's own entries: new events, and files
@@ -123,18 +116,7 @@ class Summaries:
 
     def _now(self) -> int:
         """Stamps older than this (ns) cannot be repeated by a later change."""
-        now = time.time_ns() - SETTLED_NS
-        if self.path is None:
-            return now
-        probe = self.path.with_name(CLOCK)
-        try:
-            try:
-                os.utime(probe)
-            except FileNotFoundError:
-                probe.touch()
-            return min(now, os.stat(probe).st_mtime_ns)
-        except OSError:
-            return now
+        return fsclock.settled_before(None if self.path is None else self.path.with_name(CLOCK))
 
     def _list(self, rel: str, path: str, stamp: Signature, old: Any) -> _Node | None:
         is_conv = False

@@ -2,10 +2,11 @@
 
 Every file of the record's worktree is searched, committed or not. git grep over the
 tracked files is the fast path (C, multi-threaded, trusting the index); a file written
-moments ago and not committed yet is found by ``git ls-files --others``, run alongside
-it, and searched with ``git grep --no-index``. ``git grep --untracked`` would do both
-in one process but walks the tree inside the grep: 1.4x the tracked search at 130,000
-files, against 1.16x for the two side by side (bench/RESULTS.md).
+moments ago and not committed yet is found by :mod:`jpfs.infra.untracked` while that
+grep runs, and searched with ``git grep --no-index``. ``git grep --untracked`` would do
+both in one process but walks the tree inside the grep (1.4x the tracked search at
+130,000 files), and so does ``git ls-files --others`` beside it (1.3x); the untracked
+scan's cache re-lists only the directories that changed (bench/RESULTS.md).
 
 ``conversation.toml`` is not searched: it is metadata, and its [config] snapshot of
 the agent's profile would match most searches in every conversation.
@@ -25,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from jpfs.core import ids
-from jpfs.core.conversation import Conversation
-from jpfs.core.tree import SKIP
 from jpfs.errors import FormatError, GitError, PatternError
+from jpfs.infra import textfile, untracked
+
+_RECORD = "conversation.toml"
+TIMEOUT = 120.0  # seconds a git grep may take before the search is refused
 
 # A record that does not set ``hidden`` to anything but ``false`` is not hidden; seeing
 # that in the raw text spares a full TOML parse (pure Python) of every matching
@@ -50,7 +53,7 @@ def owner(rel: str) -> tuple[str, str]:
     """``a/b/events/0001-user.md`` -> (``a/b``, ``events/0001-user.md``)."""
     parts = rel.split("/")
     for i, part in enumerate(parts[:-1]):
-        if part in SKIP:
+        if part in ids.RESERVED:
             return "/".join(parts[:i]), "/".join(parts[i:])
     return "/".join(parts[:-1]), parts[-1]
 
@@ -64,9 +67,11 @@ def grep(
     regex: bool = False,
     ignore_case: bool = False,
     include_hidden: bool = False,
+    cache_dir: Path | None = None,
 ) -> list[Match]:
     """Matches in the files of conversations ``only`` (just their own files), or in
-    every conversation below ``under`` (exclusive), or in the whole tree."""
+    every conversation below ``under`` (exclusive), or in the whole tree. ``cache_dir``
+    (``.jpfs/local``) keeps what spares the next search a walk of the whole tree."""
     if regex:
         try:
             re.compile(pattern)
@@ -74,42 +79,40 @@ def grep(
             raise PatternError(f"bad regular expression {pattern!r}: {exc}") from exc
     only = list(only)
     # git runs in the record worktree, whose root is the conversation root.
-    if only:
-        paths = list(only)
-    elif under:
-        paths = [f"{under}/"]
-    else:
-        paths = ["."]
+    tops = only or [under or ""]
     options = [
         "-I", "-n", "-z", "--no-color", "-P" if regex else "-F",
         "-i" if ignore_case else "--no-ignore-case", "-e", pattern,
     ]  # fmt: skip
     spec = [
-        *(f":(literal){p}" for p in paths),
+        *(f":(literal){t}" if t else "." for t in tops),
         # The record's [config] snapshot would match every search for a common word.
-        ":(exclude,glob)**/conversation.toml",
+        f":(exclude,glob)**/{_RECORD}",
     ]
     tracked = ["git", "-c", "core.quotePath=false", "grep", *options, "--", *spec]
-    others = ["git", "-c", "core.quotePath=false", "ls-files", "-o", "--exclude-standard"]
-    found = _run_both(conv_root, pattern, tracked, [*others, "-z", "--", *spec])
-    output = found[0]
-    new_files = [f for f in found[1].decode("utf-8", "replace").split("\0") if f]
-    for n in range(0, len(new_files), 500):
-        more = ["git", "grep", "--no-index", *options, "--", *new_files[n : n + 500]]
-        output += _run_both(conv_root, pattern, more)[0]
+    procs = [_start(conv_root, tracked)]
+    try:
+        # The tracked search runs while the tree is scanned for files not tracked yet.
+        new_files = [
+            f
+            for f in untracked.untracked(conv_root, tops, cache_dir=cache_dir)
+            if f.rpartition("/")[2] != _RECORD
+        ]
+        for n in range(0, len(new_files), 500):
+            more = ["git", "grep", "--no-index", *options, "--", *new_files[n : n + 500]]
+            procs.append(_start(conv_root, more))
+        output = b"".join(_matches(proc, pattern) for proc in procs)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     hidden: dict[str, bool] = {}
 
     def is_hidden(conv_id: str) -> bool:
         # A conversation is hidden when it, or an ancestor below the search root, is.
         if conv_id not in hidden:
-            conv = Conversation(conv_root, conv_id)
-            try:
-                own = bool(
-                    _MAYBE_HIDDEN.search(conv.toml_path.read_bytes())
-                    and conv.meta().get("hidden", False)
-                )
-            except (FileNotFoundError, FormatError):
-                own = False
+            own = _hides_itself(conv_root, conv_id)
             up = ids.parent(conv_id)
             stop = under or ""
             hidden[conv_id] = own or (
@@ -135,36 +138,48 @@ def grep(
     return out
 
 
-def _run_both(conv_root: Path, pattern: str, grep: list[str], *more: list[str]) -> list[bytes]:
-    """The output of ``grep`` (no match: empty) and of each of ``more``, run side by side.
+def _hides_itself(conv_root: Path, conv_id: str) -> bool:
+    try:
+        # Non-blocking, regular files only, capped: a FIFO or a huge file named
+        # conversation.toml cannot stall the search (read with the root below).
+        raw = textfile.read_bytes(Path(f"{conv_root}/{conv_id}/{_RECORD}"))
+    except (OSError, FormatError):
+        return False
+    if not _MAYBE_HIDDEN.search(raw):
+        return False
+    # Imported here: most searches never parse a record, and the CLI starts faster.
+    from jpfs.core.conversation import Conversation
+
+    try:
+        return bool(Conversation(conv_root, conv_id).meta().get("hidden", False))
+    except (FileNotFoundError, FormatError):
+        return False
+
+
+def _start(conv_root: Path, argv: list[str]) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(argv, cwd=conv_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except FileNotFoundError as exc:
+        raise GitError("git is not installed or not on PATH") from exc
+
+
+def _matches(proc: subprocess.Popen[bytes], pattern: str) -> bytes:
+    """A git grep's output (no match: empty).
 
     git grep -P runs PCRE2 in its own process (our GIL stays free) with its match
     limits; the timeout bounds whatever is left.
     """
-    procs = [
-        subprocess.Popen(argv, cwd=conv_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for argv in (grep, *more)
-    ]
-    outputs: list[tuple[bytes, bytes]] = []
     try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=120))
+        out, err = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired as exc:
         raise PatternError(
-            f"searching for {pattern!r} took over 120 s; narrow the pattern"
+            f"searching for {pattern!r} took over {TIMEOUT:.0f} s; narrow the pattern"
         ) from exc
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    code = procs[0].returncode
-    if code not in (0, 1):
-        err = outputs[0][1].decode(errors="replace").strip()
-        if "pattern" in err or "regex" in err or "parenthes" in err:
-            raise PatternError(f"bad pattern {pattern!r}: {err.removeprefix('fatal: ')}")
-        raise GitError(f"git grep failed: {err}")
-    for proc, (_, stderr) in zip(procs[1:], outputs[1:], strict=True):
-        if proc.returncode != 0:
-            raise GitError(f"git ls-files failed: {stderr.decode(errors='replace').strip()}")
-    return [out if i or code == 0 else b"" for i, (out, _) in enumerate(outputs)]
+    if proc.returncode == 1:
+        return b""
+    if proc.returncode != 0:
+        text = err.decode(errors="replace").strip()
+        if "pattern" in text or "regex" in text or "parenthes" in text:
+            raise PatternError(f"bad pattern {pattern!r}: {text.removeprefix('fatal: ')}")
+        raise GitError(f"git grep failed: {text}")
+    return out

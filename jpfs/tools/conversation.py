@@ -138,6 +138,7 @@ def jp_conversation_grep(ctx: ToolContext, args: JsonDict) -> str:
         regex=bool(args.get("regex", False)),
         ignore_case=bool(args.get("ignore_case", False)),
         include_hidden=True,
+        cache_dir=ws.local_dir,
     )
     # One line per distinct `ID: text`: a final reply is in its event and in result.md,
     # and the same line twice tells the model nothing but costs it tokens.

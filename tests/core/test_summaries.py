@@ -11,8 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jpfs.core.conversation import Conversation
-from jpfs.core.summaries import SETTLED_NS, Summaries
+from jpfs.core.summaries import Summaries
 from jpfs.core.tree import listing
+from jpfs.infra.fsclock import SETTLED_NS
 from tests.conftest import Result, wait_until
 
 CONV = "conversations"
@@ -78,7 +79,7 @@ def _trusted(ws: Path, conv_id: str) -> bool:
 
 def _settle(ws: Path, cli: Callable[..., Result], *conv_ids: str) -> None:
     """List until the cache trusts these conversations: their files are older than the
-    clock's granularity (summaries.SETTLED_NS) by then."""
+    clock's granularity (fsclock.SETTLED_NS) by then."""
     wait_until(
         lambda: ls(cli) and all(_trusted(ws, c) for c in conv_ids),
         timeout=10,

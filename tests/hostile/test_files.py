@@ -183,3 +183,31 @@ def test_bom_and_crlf_are_read_as_plain_text(daemon: Path, api_env: MessagesServ
     sent = [r.raw.decode() for r in api_env.requests]
     assert any("Line one.\\nLine two." in body for body in sent)
     assert not any("\\r\\n" in body or "\\ufeff" in body for body in sent)
+
+
+def test_grep_through_hostile_files_not_committed_finds_the_rest_and_leaks_nothing(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """Files nobody committed yet are searched too (``jpfs.infra.untracked``): links,
+    FIFOs and a damaged cache among them must neither hang, leak nor hide the rest."""
+    root = ws / "conversations"
+    secret = secret_file(tmp_path)
+    secret.write_text(f"needle {SECRET}\n", encoding="utf-8")
+    for conv in ("plain", "fifo", "links"):
+        (root / conv).mkdir()
+    (root / "plain" / "task.md").write_text("a plain needle\n", encoding="utf-8")
+    os.mkfifo(root / "fifo" / "conversation.toml")  # read for the hidden check
+    (root / "fifo" / "task.md").write_text("needle beside a FIFO\n", encoding="utf-8")
+    os.mkfifo(root / "fifo" / "notes.md")
+    os.symlink(secret, root / "links" / "task.md")
+    os.symlink(secret.parent, root / "links" / "files")
+    expected = ["fifo: needle beside a FIFO", "plain: a plain needle"]
+    for _ in range(2):  # the first search builds the cache, the second trusts it
+        found = cli("conversation", "grep", "needle")
+        assert found.code == 0, found.stderr
+        assert sorted(found.stdout.splitlines()) == expected
+        assert SECRET not in found.stdout + found.stderr
+    (ws / ".jpfs" / "local" / "untracked.bin").write_bytes(b"\xfb\x02 not a cache")
+    (root / "plain" / "later.md").write_text("a later needle\n", encoding="utf-8")
+    found = cli("conversation", "grep", "needle")
+    assert sorted(found.stdout.splitlines()) == sorted([*expected, "plain: a later needle"])

@@ -153,6 +153,7 @@ def grep(
         regex=regex,
         ignore_case=ignore_case,
         include_hidden=hidden,
+        cache_dir=ws.local_dir,
     )
     if fmt == "json":
         out_json([m.to_json() for m in matches])

@@ -27,6 +27,10 @@ The file itself goes through :mod:`jpfs.infra.committer.indexfile`, split from a
 base when large or when git split it (:mod:`jpfs.infra.committer.splitindex`). Sparse
 indexes, and split ones whose base is gone, are left alone: the commit lands and
 ``git status`` lists the paths until the user's next ``git add``/``git reset``.
+
+Every index written here is named in :mod:`jpfs.infra.indexepoch`'s marker, so that a
+reader can tell whether anyone else wrote the index since (what git tracks may then
+have changed behind the files' backs).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from pathlib import Path
 import pygit2
 
 from jpfs.errors import JpfsError
+from jpfs.infra import indexepoch
 from jpfs.infra.committer.fileio import file_stamp
 from jpfs.infra.committer.indexfile import (
     MASK32,
@@ -167,6 +172,7 @@ class UserIndex:
                     index.set(key, blob.oid.raw, blob.mode, blob.stat)
                     changed = True
             if changed:
+                found = index.stamp
                 index.save(
                     self._gitdir / "index",
                     self._private,
@@ -176,6 +182,8 @@ class UserIndex:
                     split=self._split,
                 )
                 index.foreign = False
+                if index.stamp is not None:
+                    indexepoch.record(self._gitdir, found, index.stamp)
         except BaseException:
             # The in-memory copy may be half-updated; re-read it next time.
             self._index_cache = None

@@ -17,6 +17,7 @@ from typing import Protocol
 import pygit2
 
 from jpfs.errors import GitError, ScopeError
+from jpfs.infra import fsclock
 from jpfs.infra.committer.fileio import read_all
 from jpfs.infra.committer.objects import MODE_BLOB, MODE_EXEC, MODE_LINK
 
@@ -31,8 +32,8 @@ class TreeView(Protocol):
 
 _LOCAL_DIR = ".jpfs/local"
 # A file whose mtime and ctime are older than this when hashed cannot be rewritten with
-# the same stat data unnoticed (timestamps come from a coarse clock, well under 50 ms).
-_SETTLED_NS = 50_000_000
+# the same stat data unnoticed (timestamps come from a coarse clock).
+_SETTLED_NS = fsclock.SETTLED_NS
 # Files whose stat data and blob id are remembered, the least recently read first out:
 # a daemon reads every file it commits, and kept them all (removed ones too) for life.
 _KNOWN_MAX = 32_768
