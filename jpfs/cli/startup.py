@@ -31,28 +31,41 @@ def _pruned(app: typer.Typer, name: str | None) -> typer.Typer:
     return out
 
 
-def command_name(app: typer.Typer, args: Sequence[str]) -> str | None:
-    """The group or command ``args`` invoke, past the root options and their values."""
-    root = get_command(_pruned(app, None))
-    takes_value = {
-        opt
-        for p in root.params
-        if isinstance(p, TyperOption) and not p.is_flag and not p.count
-        for opt in p.opts
-    }
-    it = iter(args)
-    for arg in it:
+def invoked(app: typer.Typer, args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The group or command ``args`` invoke, past ``app``'s own options and their values,
+    and the arguments after it."""
+    takes_value: set[str] = set()
+    if app.registered_callback is not None:  # a group without one has no options
+        own = get_command(_pruned(app, None))
+        takes_value = {
+            opt
+            for p in own.params
+            if isinstance(p, TyperOption) and not p.is_flag and not p.count
+            for opt in p.opts
+        }
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
         if arg == "--":
-            return next(it, None)
+            return (rest[0], rest[1:]) if rest else (None, [])
         if not arg.startswith("-") or arg == "-":
-            return arg
-        if arg in takes_value:  # "-w DIR"; "-wDIR" and "--workspace=DIR" are one token
-            next(it, None)
-    return None
+            return arg, rest
+        if arg in takes_value and rest:  # "-w DIR"; "-wDIR" and "--workspace=DIR" are one
+            rest.pop(0)
+    return None, []
 
 
 def only(app: typer.Typer, args: Sequence[str]) -> typer.Typer:
-    """``app`` with only the group or command ``args`` invoke; all of it for ``--help``,
-    no command or an unknown one (so click's errors and suggestions stay the same)."""
-    pruned = _pruned(app, command_name(app, args))
-    return pruned if pruned.registered_groups or pruned.registered_commands else app
+    """``app`` with only the group or command ``args`` invoke, and within a group only
+    the command invoked; all of a level for ``--help``, no command or an unknown one (so
+    click's errors and suggestions stay the same)."""
+    name, rest = invoked(app, args)
+    pruned = _pruned(app, name)
+    if not (pruned.registered_groups or pruned.registered_commands):
+        return app
+    if pruned.registered_groups:
+        group = copy.copy(pruned.registered_groups[0])
+        if group.typer_instance is not None:
+            group.typer_instance = only(group.typer_instance, rest)
+        pruned.registered_groups = [group]
+    return pruned
