@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -10,32 +12,31 @@ import typer
 
 from jpfs.cli import error_handler, startup
 from jpfs.cli.argv import hoist_global_options
-from jpfs.cli.commands import branches as branches_cmd
-from jpfs.cli.commands import config as config_cmd
-from jpfs.cli.commands import conversation as conversation_cmd
-from jpfs.cli.commands import daemon as daemon_cmd
-from jpfs.cli.commands import history as history_cmd
-from jpfs.cli.commands import init as init_cmd
-from jpfs.cli.commands import lifecycle as lifecycle_cmd
-from jpfs.cli.commands import mail as mail_cmd
-from jpfs.cli.commands import mcp as mcp_cmd
-from jpfs.cli.commands import migrate as migrate_cmd
-from jpfs.cli.commands import onboard as onboard_cmd
-from jpfs.cli.commands import query as query_cmd
-from jpfs.cli.commands import sync as sync_cmd
-from jpfs.cli.commands import tree as tree_cmd
-from jpfs.cli.commands import trust as trust_cmd
 from jpfs.cli.context import state
 from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox; cheap)
 
-app = typer.Typer(
-    name="jpfs",
-    help="Delegate work to LLM sub-agents through plain files in a git repository.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+# The command modules (jpfs/cli/commands/), in the order help lists them, and the groups
+# and commands each registers. A run imports only the module it invokes: the thirteen
+# cost every command ~12 ms of start-up. tests/adapters/test_cli_startup.py holds the
+# table to what the modules register.
+MODULES: dict[str, tuple[str, ...]] = {
+    "init": ("init",),
+    "migrate": ("migrate",),
+    "conversation": ("conversation", "c"),
+    "config": ("config",),
+    "history": ("log", "gc"),
+    "query": ("query", "answer"),
+    "mcp": ("mcp", "tools"),
+    "onboard": ("onboard",),
+    "branches": ("merge", "discard", "diff"),
+    "daemon": ("daemon",),
+    "tree": ("tree", "top"),
+    "mail": ("mail",),
+    "lifecycle": ("fork", "kill", "capture", "retry"),
+    "trust": ("trust",),
+    "sync": ("sync",),
+}
+_OWNER = {name: module for module, names in MODULES.items() for name in names}
 
 
 def _print_version(value: bool) -> None:
@@ -49,7 +50,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def root(
     workspace: Annotated[
         Path | None,
@@ -75,26 +75,30 @@ def root(
     state._ws = None
 
 
-init_cmd.register(app)
-migrate_cmd.register(app)
-conversation_cmd.register(app)
-config_cmd.register(app)
-history_cmd.register(app)
-query_cmd.register(app)
-mcp_cmd.register(app)
-onboard_cmd.register(app)
-branches_cmd.register(app)
-daemon_cmd.register(app)
-tree_cmd.register(app)
-mail_cmd.register(app)
-lifecycle_cmd.register(app)
-trust_cmd.register(app)
-sync_cmd.register(app)
+def build(modules: Iterable[str] = MODULES) -> typer.Typer:
+    """The ``jpfs`` app with the commands of ``modules`` (all by default)."""
+    app = typer.Typer(
+        name="jpfs",
+        help="Delegate work to LLM sub-agents through plain files in a git repository.",
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    app.callback()(root)
+    wanted = set(modules)
+    for module in MODULES:
+        if module in wanted:
+            importlib.import_module(f"jpfs.cli.commands.{module}").register(app)
+    return app
 
 
 def main(argv: list[str] | None = None) -> int:
     args = hoist_global_options(sys.argv[1:] if argv is None else argv)
-    # startup.only: typer builds every command it is given; give it the invoked one.
+    # Only the module of the command invoked (all of them for help, completion or an
+    # unknown name); startup.only then hands typer only that command to build.
+    name, _ = startup.invoked(build(()), args)
+    app = build([_OWNER[name]] if name in _OWNER else MODULES)
     code = error_handler.run(
         lambda: startup.only(app, args)(args=args, prog_name="jpfs", standalone_mode=False)
     )
