@@ -120,6 +120,7 @@ class Scan:
         named: list[str] = []
         seen: set[str] = set()
         queue: list[str] = []
+        gone: list[str] = []
         everything = "" in tops
         wanted = set(tops)
         prefixes = tuple(t + "/" for t in tops)
@@ -137,16 +138,25 @@ class Scan:
                 try:
                     st = lstat(rel or ".", dir_fd=fd)
                 except (FileNotFoundError, NotADirectoryError):
-                    stamps[rel] = None
+                    gone.append(rel)
                     continue
                 if not stat.S_ISDIR(st.st_mode):
-                    stamps[rel] = None
+                    gone.append(rel)
                 elif st.st_ino != ino or st.st_mtime_ns != mtime or st.st_ctime_ns != ctime:
                     queue.append(rel)
                 elif rel in others:
                     seen.add(rel)
                     base = rel + "/" if rel else ""
                     named += [base + name for name in others[rel]]
+            if gone:
+                # Below a directory now gone or a link, a path resolves elsewhere, if at
+                # all (lstat follows links on the way): forget all of it.
+                under = tuple(g + "/" for g in gone)
+                for rel in [*gone, *(k for k in self.keys if k.startswith(under))]:
+                    stamps[rel] = None
+                named = [n for n in named if not n.startswith(under)]
+                queue = [q for q in queue if not q.startswith(under)]
+                seen = {d for d in seen if not d.startswith(under)}
             queue += wanted  # tops not known yet
             known = set(self.keys) if queue else set()
             while queue:

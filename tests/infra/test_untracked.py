@@ -250,3 +250,21 @@ def test_the_index_epoch_moves_only_for_other_writers(repo: Path) -> None:
         third = indexepoch.read(gitdir)
         assert third is not None and third.epoch == second.epoch + 1
         assert not indexepoch.holds(built, gitdir)
+
+
+def test_a_directory_replaced_by_a_link_is_never_walked_through(
+    repo: Path, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo / "a/b/new.md").write_text("new\n")
+    outside = tmp_path / "outside"
+    (outside / "b").mkdir(parents=True)
+    (outside / "b/secret.md").write_text("secret\n")
+    warm(repo, cache)
+    assert scan(repo, cache) == ["a/b/new.md"]
+    # The cache still knows a/b and a/events; through the link they would be outside.
+    (repo / "a").rename(tmp_path / "a-moved")
+    (repo / "a").symlink_to(outside)
+    runs = named_runs(monkeypatch)
+    assert scan(repo, cache) == truth(repo) == ["a"]
+    # Nothing behind the link was even named to git (git itself refuses such paths).
+    assert not [p for spec in runs for p in spec if p.startswith(":(literal)a/")]
