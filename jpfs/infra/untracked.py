@@ -3,11 +3,12 @@
 ``git ls-files --others`` reads every directory of the tree and checks every name
 against the index: 270 ms of CPU at 130,000 files, beside a ``git grep`` that keeps both
 cores of a small machine busy (bench/RESULTS.md). This module remembers, for each
-directory, its stat stamp (inode, mtime, ctime), its subdirectories and which of its
-files git did not track when it was last listed. Creating, removing or renaming an
-entry moves the stamp, so a directory whose stamp held has the same names: a call costs
-one ``lstat`` per directory, plus one ``git ls-files`` over the few files that may not
-be tracked, those of directories that changed and those not tracked last time.
+directory, its stat stamp (inode, mtime, ctime) and which of its files git did not
+track when it was last listed. Creating, removing or renaming an entry moves the stamp,
+so a directory whose stamp held has the same names: a call costs one ``lstat`` per
+directory, and asks git (``git ls-files -o -- PATHS``) only about the few files that
+may not be tracked: those of directories that moved, and those not tracked last time.
+When none moved and none was left untracked, git is not run at all.
 
 Rules, each for a way the answer could otherwise go wrong:
 
