@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Result, git, running_daemon
+from tests.conftest import Result, git, running_daemon, wait_until
 from tests.hostile.conftest import assert_healthy, start_conversation, wait_error, wait_result
 from tests.messages_server import MessagesServer
 
@@ -22,8 +22,18 @@ def plant(ws: Path, conv_id: str, config_toml: str) -> Path:
         encoding="utf-8",
     )
     (conv / "task.md").write_text("Do it.\n", encoding="utf-8")
-    git(ws / "conversations", "add", conv_id)
-    git(ws / "conversations", "commit", "-q", "-m", f"planted {conv_id}")
+    record = ws / "conversations"
+    # A running daemon may commit the new files first ("nothing to commit" then) or hold
+    # index.lock a moment: either way HEAD soon has them.
+    git(record, "add", conv_id, check=False)
+    git(record, "commit", "-q", "-m", f"planted {conv_id}", check=False)
+    wait_until(
+        lambda: (
+            git(record, "ls-tree", "-r", "--name-only", "HEAD", "--", conv_id).split()
+            == [f"{conv_id}/conversation.toml", f"{conv_id}/task.md"]
+        ),
+        message=f"{conv_id} committed",
+    )
     return conv
 
 
