@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from jpfs.errors import GitError
@@ -39,3 +39,22 @@ def run(
 
 def output(cwd: Path, *args: str) -> str:
     return run(cwd, args).stdout.strip()
+
+
+def start(cwd: Path, args: Sequence[str]) -> subprocess.Popen[bytes]:
+    """git ``args`` running beside the caller, its output piped as bytes; end it with
+    ``communicate`` and :func:`stop`."""
+    try:
+        return subprocess.Popen(
+            ["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    except FileNotFoundError as exc:
+        raise GitError("git is not installed or not on PATH") from exc
+
+
+def stop(procs: Iterable[subprocess.Popen[bytes]]) -> None:
+    """Kill and reap those of ``procs`` still running (the caller gave up on them)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

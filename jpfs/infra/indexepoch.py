@@ -34,6 +34,9 @@ class Marker(NamedTuple):
     written: Stamp  # the stamp of the index the committer last wrote
 
 
+View = tuple[Marker | None, Stamp | None]  # what :func:`current` read
+
+
 def stamp(gitdir: Path) -> Stamp | None:
     """The stamp of ``gitdir``'s index now (None: there is none)."""
     try:
@@ -67,22 +70,22 @@ def record(gitdir: Path, found: Stamp | None, written: Stamp) -> None:
         textfile.write_atomic(gitdir / "jpfs" / FILE, text, parents=False)
 
 
-def holds(built: tuple[Marker | None, Stamp | None], gitdir: Path) -> bool:
-    """Whether what was true of the index when ``built`` was read (:func:`current`) still
-    is, as far as membership goes: the same index, or only the committer wrote since."""
-    marker, index = built
-    now_marker, now_index = current(gitdir)
+def current(gitdir: Path) -> View:
+    """The marker and the index's stamp now, the marker first: a write landing in
+    between leaves it naming an older index, which errs on the side of a rebuild."""
+    marker = read(gitdir)
+    return marker, stamp(gitdir)
+
+
+def holds(then: View, now: View) -> bool:
+    """Whether what was true of the index's membership at ``then`` still is at ``now``
+    (both read by :func:`current`): the same index, or only the committer wrote since."""
+    (marker, index), (now_marker, now_index) = then, now
     if now_index == index:
         return True
     return (
         marker is not None
         and now_marker is not None
-        and (now_marker.epoch == marker.epoch and now_marker.written == now_index)
+        and now_marker.epoch == marker.epoch
+        and now_marker.written == now_index
     )
-
-
-def current(gitdir: Path) -> tuple[Marker | None, Stamp | None]:
-    """The marker and the index stamp, in the order that errs on the side of a rescan:
-    the marker first (a write landing in between leaves it naming an older index)."""
-    marker = read(gitdir)
-    return marker, stamp(gitdir)

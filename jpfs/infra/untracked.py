@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from jpfs.errors import GitError
-from jpfs.infra import fsclock, gitdirs, indexepoch, textfile
+from jpfs.infra import fsclock, gitcli, gitdirs, indexepoch, textfile
 
 FILE = "untracked.bin"
 CLOCK = "untracked.clock"  # touched at each call: the file system's time
@@ -53,7 +53,6 @@ TIMEOUT = 120.0
 _UNSETTLED = (-1, -1, -1)  # matches no directory: listed again next time
 
 Stamp = tuple[int, int, int]
-Built = tuple[indexepoch.Marker | None, indexepoch.Stamp | None]
 
 
 def untracked(root: Path, tops: Sequence[str] = ("",), *, cache_dir: Path | None) -> list[str]:
@@ -85,9 +84,9 @@ class Scan:
         spec = [f":(literal){t}" if t else "." for t in tops]
         if self.path is None or self.gitdir is None:
             return _ls_files(self.root, ["--exclude-standard"], spec)
-        built = indexepoch.current(self.gitdir)
+        index = indexepoch.current(self.gitdir)
         horizon = fsclock.settled_before(self.path.with_name(CLOCK))
-        if self._load():
+        if self._load(index):
             named, seen = self._walk(tops, horizon)
             if len(named) > MAX_NAMED:
                 others = _ls_files(self.root, [], spec)
@@ -106,10 +105,9 @@ class Scan:
                 _, seen = self._walk(tops, horizon)
                 others, found = (_finish(p) for p in procs)
             finally:
-                for proc in procs:
-                    _stop(proc)
+                gitcli.stop(procs)
             self._remember(others, seen)
-        self._save(built)
+        self._save(index)
         return found
 
     # -- the walk ---------------------------------------------------------------------
@@ -232,9 +230,9 @@ class Scan:
 
     # -- the cache file ---------------------------------------------------------------
 
-    def _load(self) -> bool:
-        """Read the cache; False if there is none that holds for the index now."""
-        assert self.path is not None and self.gitdir is not None
+    def _load(self, index: indexepoch.View) -> bool:
+        """Read the cache; False if there is none that holds for ``index`` (now)."""
+        assert self.path is not None
         try:
             # marshal: plain data only (no code runs on load), and flat lists of str and
             # int read back 6x faster than a dict of tuples; the file is this machine's,
@@ -246,7 +244,7 @@ class Scan:
                 and isinstance(flat, list)
                 and len(flat) == 3 * len(keys)
                 and isinstance(others, dict)
-                and indexepoch.holds(_built(data["index"]), self.gitdir)
+                and indexepoch.holds(_view(data["index"]), index)
             )
         except (OSError, ValueError, EOFError, TypeError, KeyError, AttributeError):
             return False
@@ -254,7 +252,7 @@ class Scan:
             self.keys, self.flat, self.others = keys, flat, others
         return bool(ok)
 
-    def _save(self, built: Built) -> None:
+    def _save(self, index: indexepoch.View) -> None:
         assert self.path is not None
         if not self.dirty:
             return
@@ -270,10 +268,10 @@ class Scan:
             keys.append(rel)
             flat += stamp
         known = set(keys)
-        marker, index = built
+        marker, stamp = index
         data = {
             "version": (VERSION, sys.version_info[:2]),
-            "index": (tuple(marker) if marker else None, index),
+            "index": (tuple(marker) if marker else None, stamp),
             "keys": "\n".join(keys),
             "flat": flat,
             "others": {k: v for k, v in self.others.items() if k in known},
@@ -284,17 +282,14 @@ class Scan:
             pass  # a machine-local cache: the next look lists the tree again
 
 
-def _built(raw: Any) -> Built:
+def _view(raw: Any) -> indexepoch.View:
     marker, index = raw
     return (indexepoch.Marker(*marker) if marker else None, tuple(index) if index else None)
 
 
 def _start(root: Path, options: list[str], spec: list[str]) -> subprocess.Popen[bytes]:
-    argv = ["git", "-c", "core.quotePath=false", "ls-files", "-z", "-o", *options, "--", *spec]
-    try:
-        return subprocess.Popen(argv, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except FileNotFoundError as exc:
-        raise GitError("git is not installed or not on PATH") from exc
+    args = ["-c", "core.quotePath=false", "ls-files", "-z", "-o", *options, "--", *spec]
+    return gitcli.start(root, args)
 
 
 def _finish(proc: subprocess.Popen[bytes]) -> list[str]:
@@ -307,12 +302,6 @@ def _finish(proc: subprocess.Popen[bytes]) -> list[str]:
     return [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-
 def _ls_files(root: Path, options: list[str], spec: list[str]) -> list[str]:
     if not spec:
         return []
@@ -320,4 +309,4 @@ def _ls_files(root: Path, options: list[str], spec: list[str]) -> list[str]:
     try:
         return _finish(proc)
     finally:
-        _stop(proc)
+        gitcli.stop([proc])

@@ -27,7 +27,7 @@ from typing import Any
 
 from jpfs.core import ids
 from jpfs.errors import FormatError, GitError, PatternError
-from jpfs.infra import textfile, untracked
+from jpfs.infra import gitcli, textfile, untracked
 
 _RECORD = "conversation.toml"
 TIMEOUT = 120.0  # seconds a git grep may take before the search is refused
@@ -101,8 +101,7 @@ def grep(
         # The record's [config] snapshot would match every search for a common word.
         f":(exclude,glob)**/{_RECORD}",
     ]
-    tracked = ["git", "-c", "core.quotePath=false", "grep", *options, "--", *spec]
-    procs = [_start(conv_root, tracked)]
+    procs = [gitcli.start(conv_root, ["-c", "core.quotePath=false", "grep", *options, "--", *spec])]
     try:
         # The tracked search runs while the tree is scanned for files not tracked yet.
         new_files = [
@@ -111,14 +110,11 @@ def grep(
             if f.rpartition("/")[2] != _RECORD
         ]
         for n in range(0, len(new_files), 500):
-            more = ["git", "grep", "--no-index", *options, "--", *new_files[n : n + 500]]
-            procs.append(_start(conv_root, more))
+            more = ["grep", "--no-index", *options, "--", *new_files[n : n + 500]]
+            procs.append(gitcli.start(conv_root, more))
         output = b"".join(_matches(proc, pattern) for proc in procs)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        gitcli.stop(procs)
     hidden: dict[str, bool] = {}
 
     def is_hidden(conv_id: str) -> bool:
@@ -166,13 +162,6 @@ def _hides_itself(conv_root: Path, conv_id: str) -> bool:
         return bool(Conversation(conv_root, conv_id).meta().get("hidden", False))
     except (FileNotFoundError, FormatError):
         return False
-
-
-def _start(conv_root: Path, argv: list[str]) -> subprocess.Popen[bytes]:
-    try:
-        return subprocess.Popen(argv, cwd=conv_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except FileNotFoundError as exc:
-        raise GitError("git is not installed or not on PATH") from exc
 
 
 def _matches(proc: subprocess.Popen[bytes], pattern: str) -> bytes:

@@ -241,15 +241,15 @@ def test_the_index_epoch_moves_only_for_other_writers(repo: Path) -> None:
         committer.commit(Change(("c/two.md",), "two"))
         second = indexepoch.read(gitdir)
         assert second is not None and second.epoch == first.epoch
-        assert indexepoch.holds(built, gitdir)
+        assert indexepoch.holds(built, indexepoch.current(gitdir))
         (repo / "README").write_text("by hand\n")
         git(repo, "add", "README")
-        assert not indexepoch.holds(built, gitdir)
+        assert not indexepoch.holds(built, indexepoch.current(gitdir))
         (repo / "c/three.md").write_text("3\n")
         committer.commit(Change(("c/three.md",), "three"))
         third = indexepoch.read(gitdir)
         assert third is not None and third.epoch == second.epoch + 1
-        assert not indexepoch.holds(built, gitdir)
+        assert not indexepoch.holds(built, indexepoch.current(gitdir))
 
 
 def test_a_directory_replaced_by_a_link_is_never_walked_through(
