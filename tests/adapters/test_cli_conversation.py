@@ -12,6 +12,7 @@ import pytest
 from jpfs.core import record
 from jpfs.core.workspace import open_workspace
 from tests.conftest import git, jpfs_subprocess, rgit
+from tests.infra.test_untracked import settled
 
 CONV = "conversations"
 
@@ -178,6 +179,30 @@ def test_grep_finds_files_not_committed_yet(ws: Path, cli) -> None:
     assert cli("c", "grep", "needle", "--id", "a").stdout == "a: a fresh needle\n"
     assert cli("c", "grep", "needle", "--root", "a").stdout == "a/x: another needle\n"
     assert cli("c", "grep", "-i", "--regex", "FRESH n[e]+dle").code == 0
+
+
+def test_grep_keeps_up_with_the_files_and_with_git_run_by_hand(ws: Path, cli) -> None:
+    """The scan for files not committed keeps a cache (.jpfs/local/untracked.bin); what
+    it says must follow every change, including an index rewritten by git by hand."""
+    cli("c", "new", "a")
+    (ws / CONV / "a" / "task.md").write_text("the needle, committed\n", encoding="utf-8")
+    rgit(ws, "add", "a/task.md")
+    rgit(ws, "commit", "-q", "-m", "by hand")
+    cli("c", "new", "b")  # the committer writes the index last, as when jpfs runs
+    assert cli("c", "grep", "needle").stdout == "a: the needle, committed\n"
+    assert (ws / ".jpfs" / "local" / "untracked.bin").is_file()
+    (ws / CONV / "b" / "notes.md").write_text("a new needle\n", encoding="utf-8")
+    assert cli("c", "grep", "needle").stdout.splitlines() == [
+        "a: the needle, committed",
+        "b: a new needle",
+    ]
+    settled(ws / CONV)  # the cache now trusts every directory's stamp
+    assert len(cli("c", "grep", "needle").stdout.splitlines()) == 2
+    # Out of the index, still on disk: no directory moved, yet it is found.
+    rgit(ws, "rm", "-q", "--cached", "a/task.md")
+    assert "a: the needle, committed" in cli("c", "grep", "needle").stdout.splitlines()
+    (ws / CONV / "b" / "notes.md").unlink()
+    assert cli("c", "grep", "needle").stdout == "a: the needle, committed\n"
 
 
 def test_fork_copies_last_events(ws: Path, cli) -> None:
