@@ -17,7 +17,9 @@ commands on the full tree take seconds each, so they run --repeat-tree times):
   the ``git grep`` jpfs actually runs (same flags; and with ``--untracked``, for
   reference), ``jpfs.services.search.grep`` in process, the scan for files not
   committed (``jpfs.infra.untracked``, its cache warm, against the ``git ls-files -o``
-  it replaced) and the CLI with that cache deleted before each run (cold).
+  it replaced) and the CLI with that cache deleted before each run (cold);
+* that scan after the committer wrote into 10, 100 and 1,000 conversations, against
+  none: its cost grows with what changed.
 
 ``main(argv)`` returns the numbers as a dict for ``python -m bench``.
 """
@@ -233,6 +235,46 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
     return out
 
 
+def bench_scan_changes(ws: Path, repeat: int) -> dict[str, Any]:
+    """The untracked scan (its cache warm) after the committer wrote an event into N
+    conversations, as a busy daemon does: what it re-lists grows with N, not the tree."""
+    import time
+
+    from jpfs.core.workspace import open_workspace
+    from jpfs.infra import untracked as scan
+    from jpfs.infra.committer import Change
+
+    workspace = open_workspace(ws, search=False)
+    record, local = workspace.conv_root, workspace.local_dir
+    tops = sorted(p.name for p in record.iterdir() if p.is_dir() and p.name != ".git")
+    scan.untracked(record, cache_dir=local)
+    made, base = 0, 0.0
+    rows: list[list[str]] = []
+    out: dict[str, Any] = {}
+    for n in (0, 10, 100, 1000):
+        samples = []
+        for _ in range(repeat):
+            for conv in tops[:n]:
+                made += 1
+                path = f"{workspace.conv_root_rel}/{conv}/events/{9000 + made:05d}-user.md"
+                workspace.commit(Change((path,), "bench: an event", creates=((path, "x\n"),)))
+            start = time.perf_counter()
+            found = scan.untracked(record, cache_dir=local)
+            samples.append(time.perf_counter() - start)
+            if found:
+                raise RuntimeError(f"the scan found {len(found)} untracked files, expected none")
+        stats = Stats(tuple(samples))
+        base = base or stats.median
+        out[str(n)] = stats.to_json()
+        rows.append([f"{n:,}", ms(stats.median), ms(stats.p99), ratio(stats.median, base)])
+    print_table(
+        f"untracked scan after N conversations committed into (median of {repeat})",
+        ["conversations changed", "median", "p99", "vs none changed"],
+        rows,
+    )
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1,000 conversations, fewer runs")
@@ -258,12 +300,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         ls = bench_ls(ws, conversations, repeat_tree, startup["jpfs_ls_empty"]["median_s"])
         grep = bench_grep(ws, repeat_tree, tree.needle_matches)
+        changes = bench_scan_changes(ws, repeat_tree)
     return {
         "sizes": {"conversations": conversations, "events": args.events, "files": tree.files},
         "repeat": {"startup": repeat, "tree": repeat_tree},
         "startup": startup,
         "ls": ls,
         "grep": grep,
+        "scan_after_changes": changes,
     }
 
 
