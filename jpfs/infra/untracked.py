@@ -256,17 +256,7 @@ class Scan:
         assert self.path is not None
         if not self.dirty:
             return
-        stamps = self.stamps
-        old = dict(zip(self.keys, zip(*[iter(self.flat)] * 3, strict=True), strict=True))
-        nested = tuple(n + "/" for n in self.nested)
-        keys: list[str] = []
-        flat: list[int] = []
-        for rel in dict.fromkeys([*self.keys, *stamps]):
-            stamp = stamps[rel] if rel in stamps else old[rel]
-            if stamp is None or (nested and rel.startswith(nested)):
-                continue
-            keys.append(rel)
-            flat += stamp
+        keys, flat = self._merged()
         known = set(keys)
         marker, stamp = index
         data = {
@@ -280,6 +270,29 @@ class Scan:
             textfile.write_atomic(self.path, marshal.dumps(data))
         except OSError:
             pass  # a machine-local cache: the next look lists the tree again
+
+    def _merged(self) -> tuple[list[str], list[int]]:
+        """The directories and their stamps, as read, with what this look found."""
+        stamps = self.stamps
+        position = {rel: i for i, rel in enumerate(self.keys)}
+        moved = [(position[r], s) for r, s in stamps.items() if s is not None and r in position]
+        if len(moved) == len(stamps) and not self.nested:
+            # Only stamps moved (a busy record's usual case): change them in place.
+            flat = self.flat
+            for i, new in moved:
+                flat[3 * i : 3 * i + 3] = new
+            return self.keys, flat
+        old = dict(zip(self.keys, zip(*[iter(self.flat)] * 3, strict=True), strict=True))
+        nested = tuple(n + "/" for n in self.nested)
+        keys: list[str] = []
+        flat = []
+        for rel in dict.fromkeys([*self.keys, *stamps]):
+            stamp = stamps[rel] if rel in stamps else old[rel]
+            if stamp is None or (nested and rel.startswith(nested)):
+                continue
+            keys.append(rel)
+            flat += stamp
+        return keys, flat
 
 
 def _view(raw: Any) -> indexepoch.View:

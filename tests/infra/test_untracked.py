@@ -268,3 +268,20 @@ def test_a_directory_replaced_by_a_link_is_never_walked_through(
     assert scan(repo, cache) == truth(repo) == ["a"]
     # Nothing behind the link was even named to git (git itself refuses such paths).
     assert not [p for spec in runs for p in spec if p.startswith(":(literal)a/")]
+
+
+def test_stamps_that_moved_are_kept_for_the_next_look(repo: Path, cache: Path) -> None:
+    """The usual case of a busy record: known directories moved, none came or went."""
+    warm(repo, cache)
+    (repo / "a/events/0002-user.md").write_text("new\n")
+    (repo / "c/new.md").write_text("new\n")
+    assert scan(repo, cache) == ["a/events/0002-user.md", "c/new.md"]
+    settled(repo)
+    s = untracked.Scan(repo, cache)
+    assert sorted(s.run([""])) == ["a/events/0002-user.md", "c/new.md"]
+    assert set(s.stamps) == {"a/events", "c"}  # listed again once, as they settled
+    s = untracked.Scan(repo, cache)
+    assert sorted(s.run([""])) == ["a/events/0002-user.md", "c/new.md"]
+    assert s.stamps == {}  # trusted from then on
+    (repo / "c/new.md").unlink()
+    assert scan(repo, cache) == truth(repo) == ["a/events/0002-user.md"]
