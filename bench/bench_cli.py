@@ -18,6 +18,8 @@ commands on the full tree take seconds each, so they run --repeat-tree times):
   reference), ``jpfs.services.search.grep`` in process, the scan for files not
   committed (``jpfs.infra.untracked``, its cache warm, against the ``git ls-files -o``
   it replaced) and the CLI with that cache deleted before each run (cold);
+* the CLI right after git run by hand rewrote the index (the cache keeps its
+  directories' stamps, not what it knew of untracked files);
 * that scan after the committer wrote into 10, 100 and 1,000 conversations, against
   none: its cost grows with what changed.
 
@@ -235,6 +237,53 @@ def bench_grep(ws: Path, repeat: int, expected: int) -> dict[str, Any]:
     return out
 
 
+def bench_after_git(ws: Path, repeat: int) -> dict[str, Any]:
+    """``jpfs conversation grep`` right after git run by hand rewrote the record's index
+    (untimed: ``git rm --cached`` and ``git reset`` of one file), alternating with runs
+    on a cache that holds, and ``git grep``: the cache keeps its directories' stamps."""
+    import time
+
+    from jpfs.core.workspace import open_workspace
+
+    record = open_workspace(ws, search=False).conv_root
+    some = next(record.glob("*/task.md")).relative_to(record).as_posix()
+    grep = jpfs_argv("conversation", "grep", NEEDLE)
+    samples: dict[str, list[float]] = {"git": [], "warm": [], "after": []}
+    for _ in range(repeat):
+        for name in ("git", "warm", "after"):
+            if name == "after":
+                run_command(["git", "rm", "-q", "--cached", some], record)
+                run_command(["git", "reset", "-q", "--", some], record)
+            argv, cwd = (
+                (["git", "grep", "-n", NEEDLE, "--", "."], record) if name == "git" else (grep, ws)
+            )
+            start = time.perf_counter()
+            run_command(argv, cwd, ok=(0, 1))
+            samples[name].append(time.perf_counter() - start)
+    stats = {k: Stats(tuple(v)) for k, v in samples.items()}
+    base = stats["git"].median
+    print_table(
+        f"conversation grep after git rewrote the index (median of {repeat})",
+        ["command", "median", "p99", "vs git grep"],
+        [
+            ["git grep -n P  (baseline)", ms(base), ms(stats["git"].p99), "1.00x"],
+            [
+                "jpfs conversation grep P, cache holds",
+                ms(stats["warm"].median),
+                ms(stats["warm"].p99),
+                ratio(stats["warm"].median, base),
+            ],
+            [
+                "jpfs conversation grep P, after git wrote the index",
+                ms(stats["after"].median),
+                ms(stats["after"].p99),
+                ratio(stats["after"].median, base),
+            ],
+        ],
+    )
+    return {k: v.to_json() for k, v in stats.items()}
+
+
 def bench_scan_changes(ws: Path, repeat: int) -> dict[str, Any]:
     """The untracked scan (its cache warm) after the committer wrote an event into N
     conversations, as a busy daemon does: what it re-lists grows with N, not the tree."""
@@ -300,6 +349,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         ls = bench_ls(ws, conversations, repeat_tree, startup["jpfs_ls_empty"]["median_s"])
         grep = bench_grep(ws, repeat_tree, tree.needle_matches)
+        after_git = bench_after_git(ws, repeat_tree)
         changes = bench_scan_changes(ws, repeat_tree)
     return {
         "sizes": {"conversations": conversations, "events": args.events, "files": tree.files},
@@ -307,6 +357,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "startup": startup,
         "ls": ls,
         "grep": grep,
+        "grep_after_git_wrote_the_index": after_git,
         "scan_after_changes": changes,
     }
 

@@ -86,18 +86,8 @@ class Scan:
             return _ls_files(self.root, ["--exclude-standard"], spec)
         index = indexepoch.current(self.gitdir)
         horizon = fsclock.settled_before(self.path.with_name(CLOCK))
-        if self._load(index):
-            named, seen = self._walk(tops, horizon)
-            if len(named) > MAX_NAMED:
-                others = _ls_files(self.root, [], spec)
-            else:
-                others = self._named([], named)
-            self._remember(others, seen)
-            if len(others) > MAX_NAMED:
-                found = _ls_files(self.root, ["--exclude-standard"], spec)
-            else:
-                found = self._named(["--exclude-standard"], others)
-        else:
+        loaded = self._load(index)
+        if loaded == "none":
             # Nothing to go by: git lists the tree (twice, for what it ignores) while
             # the walk takes every directory's stamp.
             procs = [_start(self.root, [], spec), _start(self.root, ["--exclude-standard"], spec)]
@@ -107,8 +97,31 @@ class Scan:
             finally:
                 gitcli.stop(procs)
             self._remember(others, seen)
+            self._save(index)
+            return found
+        if loaded == "stamps":
+            # Someone else wrote the index: what git tracks may have changed anywhere,
+            # so git lists the whole tree's untracked files once (while the walk runs);
+            # the directories' stamps still say which need listing again.
+            procs = [_start(self.root, [], ["."])]
+            try:
+                _, seen = self._walk(tops, horizon)
+                others = _finish(procs[0])
+            finally:
+                gitcli.stop(procs)
+            self.dirty = True
+        else:
+            named, seen = self._walk(tops, horizon)
+            if len(named) > MAX_NAMED:
+                others = _ls_files(self.root, [], spec)
+            else:
+                others = self._named([], named)
+        self._remember(others, seen)
         self._save(index)
-        return found
+        mine = others if "" in tops else [o for o in others if _below(o, tops)]
+        if len(mine) > MAX_NAMED:
+            return _ls_files(self.root, ["--exclude-standard"], spec)
+        return self._named(["--exclude-standard"], mine)
 
     # -- the walk ---------------------------------------------------------------------
 
@@ -230,8 +243,9 @@ class Scan:
 
     # -- the cache file ---------------------------------------------------------------
 
-    def _load(self, index: indexepoch.View) -> bool:
-        """Read the cache; False if there is none that holds for ``index`` (now)."""
+    def _load(self, index: indexepoch.View) -> str:
+        """Read the cache: "all" of it holds for ``index`` (now), only its "stamps"
+        (someone else wrote the index since), or "none"."""
         assert self.path is not None
         try:
             # marshal: plain data only (no code runs on load), and flat lists of str and
@@ -244,13 +258,17 @@ class Scan:
                 and isinstance(flat, list)
                 and len(flat) == 3 * len(keys)
                 and isinstance(others, dict)
-                and indexepoch.holds(_view(data["index"]), index)
             )
+            holds = ok and indexepoch.holds(_view(data["index"]), index)
         except (OSError, ValueError, EOFError, TypeError, KeyError, AttributeError):
-            return False
-        if ok:
-            self.keys, self.flat, self.others = keys, flat, others
-        return bool(ok)
+            return "none"
+        if not ok:
+            return "none"
+        self.keys, self.flat = keys, flat
+        if not holds:
+            return "stamps"
+        self.others = others
+        return "all"
 
     def _save(self, index: indexepoch.View) -> None:
         assert self.path is not None
@@ -293,6 +311,10 @@ class Scan:
             keys.append(rel)
             flat += stamp
         return keys, flat
+
+
+def _below(path: str, tops: list[str]) -> bool:
+    return any(path == t or path.startswith(t + "/") for t in tops)
 
 
 def _view(raw: Any) -> indexepoch.View:

@@ -141,8 +141,12 @@ def test_a_path_dropped_from_the_index_by_hand_is_found(repo: Path, cache: Path)
         committer.commit(Change(("c/extra.md",), "by jpfs"))
     warm(repo, cache)
     # git rm --cached keeps the file and no directory moves: only the index tells.
-    git(repo, "rm", "-q", "--cached", "c/extra.md")
-    assert scan(repo, cache) == truth(repo) == ["c/extra.md"]
+    git(repo, "rm", "-q", "--cached", "c/extra.md", "a/b/task.md")
+    s = untracked.Scan(repo, cache)
+    assert sorted(s.run(["a"])) == truth(repo, "a") == ["a/b/task.md"]
+    assert s.stamps == {}  # git listed what it no longer tracks; no directory was read
+    # What that scoped look learnt of the rest of the tree holds too.
+    assert scan(repo, cache) == truth(repo) == ["a/b/task.md", "c/extra.md"]
 
 
 def test_a_committer_write_after_a_foreign_one_does_not_hide_it(repo: Path, cache: Path) -> None:
