@@ -15,9 +15,11 @@ Rules, each for a way the answer could otherwise go wrong:
 * Files git ignores are remembered with the untracked ones and classified again on
   every call (``--exclude-standard``): ignore rules can change without any stamp moving.
 * What git tracks can change without a directory moving: git run by hand can drop a
-  path from the index and leave its file. The cache holds while every index write since
-  it was built was the committer's (:mod:`jpfs.infra.indexepoch`), who only drops
-  paths whose files are gone; it is rebuilt otherwise.
+  path from the index and leave its file. What the cache knows of untracked files holds
+  while every index write since it was built was the committer's
+  (:mod:`jpfs.infra.indexepoch`), who only drops paths whose files are gone; otherwise
+  git lists the tree's untracked files once, and the stamps, which say nothing of the
+  index, are kept.
 * A stamp is trusted only once settled (:mod:`jpfs.infra.fsclock`): a directory changed
   within a clock tick of its listing is listed again next time.
 * Entries named ``.git`` are skipped, as git does; a directory holding one is another
