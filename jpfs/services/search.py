@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from jpfs.core import ids
+from jpfs.core.scope import CONVERSATION_TOML
 from jpfs.errors import FormatError, GitError, PatternError
 from jpfs.infra import gitcli, textfile, untracked
 
-_RECORD = "conversation.toml"
 TIMEOUT = 120.0  # seconds a git grep may take before the search is refused
 
 # A record that does not set ``hidden`` to anything but ``false`` is not hidden; seeing
@@ -99,7 +99,7 @@ def grep(
     spec = [
         *(f":(literal){t}" if t else "." for t in tops),
         # The record's [config] snapshot would match every search for a common word.
-        f":(exclude,glob)**/{_RECORD}",
+        f":(exclude,glob)**/{CONVERSATION_TOML}",
     ]
     procs = [gitcli.start(conv_root, ["-c", "core.quotePath=false", "grep", *options, "--", *spec])]
     try:
@@ -107,7 +107,7 @@ def grep(
         new_files = [
             f
             for f in untracked.untracked(conv_root, tops, cache_dir=cache_dir)
-            if f.rpartition("/")[2] != _RECORD
+            if f.rpartition("/")[2] != CONVERSATION_TOML
         ]
         for n in range(0, len(new_files), 500):
             more = ["grep", "--no-index", *options, "--", *new_files[n : n + 500]]
@@ -150,7 +150,7 @@ def _hides_itself(conv_root: Path, conv_id: str) -> bool:
     try:
         # Non-blocking, regular files only, capped: a FIFO or a huge file named
         # conversation.toml cannot stall the search (read with the root below).
-        raw = textfile.read_bytes(Path(f"{conv_root}/{conv_id}/{_RECORD}"))
+        raw = textfile.read_bytes(Path(f"{conv_root}/{conv_id}/{CONVERSATION_TOML}"))
     except (OSError, FormatError):
         return False
     if not _maybe_hidden(raw):
