@@ -20,6 +20,7 @@ tomlkit, anthropic, OS) are translated once, where they happen, with
     ├── StateError            operation not valid in the conversation's state
     ├── LockError             a conversation is busy (another run holds its lock)
     ├── LimitError            max_children / max_depth / max_agents / turns exceeded
+    │   └── BudgetError       a subtree's token or dollar budget, or a run's time, is spent
     ├── GitError              a git operation failed (conflict, CAS exhausted, ...)
     │   ├── MergeConflict     merge would conflict; carries the paths
     │   └── RepositoryFault   the repository cannot be read or written now (read-only,
@@ -95,6 +96,11 @@ class LockError(JpfsError):
 
 class LimitError(JpfsError):
     pass
+
+
+class BudgetError(LimitError):
+    """A budget (``limits.budget_tokens`` / ``budget_usd``) or ``max_run_seconds`` is
+    spent: the run stops before its next model call, and says which and by how much."""
 
 
 class GitError(JpfsError):

@@ -119,6 +119,8 @@ def _message(
     model: str,
     input_tokens: int,
     output_tokens: int,
+    cache_read: int = 0,
+    cache_write: int = 0,
 ) -> JsonDict:
     return {
         "id": f"msg_{next(_ids):024d}",
@@ -128,7 +130,12 @@ def _message(
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_read_input_tokens": cache_read,
+            "cache_creation_input_tokens": cache_write,
+        },
     }
 
 
@@ -140,6 +147,8 @@ def text_reply(
     output_tokens: int = 5,
     stop_reason: str = "end_turn",
     delay: float = 0.0,
+    cache_read: int = 0,
+    cache_write: int = 0,
 ) -> Response:
     body = _message(
         [{"type": "text", "text": text}],
@@ -147,6 +156,8 @@ def text_reply(
         model=model,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
+        cache_read=cache_read,
+        cache_write=cache_write,
     )
     return Response(body=body, delay=delay)
 
@@ -163,6 +174,8 @@ def tool_use_reply(
     input_tokens: int = 10,
     output_tokens: int = 5,
     delay: float = 0.0,
+    cache_read: int = 0,
+    cache_write: int = 0,
 ) -> Response:
     """A reply calling one or more tools: ``tool_use_reply(("read", {"path": "a"}), ...)``
     or with blocks from :func:`tool_use` when the test needs to know the ids."""
@@ -175,6 +188,8 @@ def tool_use_reply(
         model=model,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
+        cache_read=cache_read,
+        cache_write=cache_write,
     )
     return Response(body=body, delay=delay)
 
@@ -279,6 +294,17 @@ def gated_text_stream(first: str, rest: str, gate: threading.Event) -> Response:
     )  # fmt: skip
 
 
+def _with_cache_usage(response: Response, counts: dict[str, int]) -> Response:
+    body = response.body
+    if response.status != 200 or not isinstance(body, dict) or body.get("type") != "message":
+        return response
+    usage = {**(body.get("usage") or {}), **counts}
+    return Response(
+        response.status, {**body, "usage": usage}, response.headers, response.delay,
+        response.content_type, response.chunks, response.gate,
+    )  # fmt: skip
+
+
 def _streamed(response: Response) -> Response:
     """``response`` as an event stream when it is a successful message; else unchanged."""
     if response.chunks:
@@ -338,6 +364,88 @@ def tool_results(request: JsonDict) -> list[JsonDict]:
                 b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"
             )
     return found
+
+
+# --- prompt caching -------------------------------------------------------------------
+
+
+def _tokens(part: Any) -> int:
+    """A stand-in tokenizer: about four characters of JSON per token."""
+    return len(json.dumps(part, sort_keys=True, separators=(",", ":"))) // 4 + 1
+
+
+def _without_marks(part: Any) -> Any:
+    if isinstance(part, dict):
+        return {k: _without_marks(v) for k, v in part.items() if k != "cache_control"}
+    if isinstance(part, list):
+        return [_without_marks(v) for v in part]
+    return part
+
+
+def prompt_blocks(request: JsonDict) -> list[tuple[Any, bool]]:
+    """The prompt in the order the API caches it (tools, system, messages), one item per
+    block with whether it carries a ``cache_control`` breakpoint."""
+    blocks: list[tuple[Any, bool]] = []
+    for tool in request.get("tools") or []:
+        blocks.append((_without_marks(tool), "cache_control" in tool))
+    system = request.get("system")
+    if isinstance(system, str) and system:
+        blocks.append(({"type": "text", "text": system}, False))
+    elif isinstance(system, list):
+        blocks.extend((_without_marks(b), "cache_control" in b) for b in system)
+    for message in request.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        for block in content or []:
+            marked = isinstance(block, dict) and "cache_control" in block
+            blocks.append(({"role": message.get("role"), **_without_marks(block)}, marked))
+    return blocks
+
+
+class PromptCache:
+    """Prompt caching as the Messages API does it, for usage that tests can check.
+
+    A prefix of the prompt is written to the cache at each breakpoint (a block with
+    ``cache_control``) and read back by a later request that starts with it; the reply's
+    usage says how many input tokens were read from cache, written to it, and sent fresh
+    (after the last breakpoint). ``min_tokens``: shorter prefixes are not cached, as the
+    API does not cache below 1,024 tokens on most models."""
+
+    def __init__(self, min_tokens: int = 0) -> None:
+        self.min_tokens = min_tokens
+        self._lock = threading.Lock()
+        self._prefixes: set[str] = set()
+
+    def usage(self, request: JsonDict) -> dict[str, int]:
+        import hashlib
+
+        blocks = prompt_blocks(request)
+        sizes = [_tokens(b) for b, _ in blocks]
+        digest = hashlib.sha256()
+        keys: list[str] = []
+        for block, _ in blocks:
+            digest.update(json.dumps(block, sort_keys=True).encode())
+            keys.append(digest.hexdigest())
+        marks = [i for i, (_, marked) in enumerate(blocks) if marked]
+        total = sum(sizes)
+        if not marks:
+            return {"input_tokens": total, "cache_read_input_tokens": 0,
+                    "cache_creation_input_tokens": 0}  # fmt: skip
+        last = marks[-1]
+        with self._lock:
+            hit = max((i for i in range(last + 1) if keys[i] in self._prefixes), default=-1)
+            read = sum(sizes[: hit + 1])
+            cached_upto = sum(sizes[: last + 1])
+            written = 0
+            if cached_upto >= self.min_tokens:
+                written = cached_upto - read
+                self._prefixes.update(keys[i] for i in marks)
+            else:
+                read = 0
+        fresh = total - read - written
+        return {"input_tokens": fresh, "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": written}  # fmt: skip
 
 
 # --- routing --------------------------------------------------------------------------
@@ -494,6 +602,9 @@ class MessagesServer:
         self._requests: list[RecordedRequest] = []
         self._stopping = threading.Event()
         self.responder: Responder | None = None
+        # When set, a successful message's input usage is what this cache says of the
+        # request (fresh input, cache reads and writes); its output_tokens are kept.
+        self.prompt_cache: PromptCache | None = None
         # Exceptions the responder raised, for tests that want to re-raise them.
         self.errors: list[Exception] = []
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
@@ -566,6 +677,8 @@ class MessagesServer:
         else:
             answer = error_reply(400, "messages_server: no scripted response left")
         response = answer if isinstance(answer, Response) else Response(body=answer)
+        if self.prompt_cache is not None and request.json is not None:
+            response = _with_cache_usage(response, self.prompt_cache.usage(request.json))
         if not (stream and self.streaming):
             return response
         try:

@@ -16,7 +16,7 @@ from jpfs.cli.context import state
 from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox; cheap)
 
 # The command modules (jpfs/cli/commands/), in the order help lists them, and the groups
-# and commands each registers. A run imports only the module it invokes: the thirteen
+# and commands each registers. A run imports only the module it invokes: all of them
 # cost every command ~12 ms of start-up. tests/adapters/test_cli_startup.py holds the
 # table to what the modules register.
 MODULES: dict[str, tuple[str, ...]] = {
@@ -25,6 +25,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "conversation": ("conversation", "c"),
     "config": ("config",),
     "history": ("log", "gc"),
+    "cost": ("cost",),
     "query": ("query", "answer"),
     "mcp": ("mcp", "tools"),
     "onboard": ("onboard",),

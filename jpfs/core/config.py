@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jpfs.core import prices
 from jpfs.errors import ConfigError, FormatError, JpfsError
 from jpfs.infra.textfile import decode
 
@@ -29,6 +30,8 @@ class Key:
     type: type | tuple[type, ...]
     default: Any
     help: str
+    # A check beyond the type (a table's inside), raising ConfigError naming ``where``.
+    validate: Callable[[Any, str], object] | None = None
 
 
 SCHEMA: dict[str, Key] = {
@@ -52,6 +55,12 @@ SCHEMA: dict[str, Key] = {
     "sync.interval": Key((int, float), 2.0, "seconds between the daemon's fetch/push cycles"),
     "sync.lease": Key((int, float), 30.0, "seconds a lease lasts without renewal"),
     "sync.machine": Key(str, "", "this clone's name in leases and trailers (default: host-path)"),
+    "prices": Key(
+        dict,
+        {},
+        'USD per million tokens by model, over the shipped table ([prices."MODEL"])',
+        prices.check_table,
+    ),
 }
 
 CONFIG_FILE = "config.toml"
@@ -89,6 +98,8 @@ def check(key: str, value: Any, where: str) -> Any:
         raise ConfigError(
             f"{where}: key {key!r} must be {names}, got {type(value).__name__} {value!r}"
         )
+    if spec.validate is not None:
+        spec.validate(value, where)
     return value
 
 

@@ -58,6 +58,12 @@ def parent(conv_id: str) -> str | None:
     return head or None
 
 
+def ancestors(conv_id: str) -> list[str]:
+    """The ids above ``conv_id``, nearest first (``a/b/c`` -> ``a/b``, ``a``)."""
+    parts = segments(conv_id)
+    return ["/".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
+
+
 def join(parent_id: str | None, segment: str) -> str:
     return validate(f"{parent_id}/{segment}" if parent_id else segment)
 

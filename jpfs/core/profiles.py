@@ -28,6 +28,7 @@ TOP: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "description": (str, ""),
     "max_tokens": (int, 8192),
     "timeout": ((int, float), 600.0),
+    "prompt_cache": (bool, True),
     "workspace": (str, "shared"),
     "overridable": (list, ["model"]),
     "system": (dict, {}),
@@ -48,10 +49,18 @@ SUB: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "max_turns": (int, 20),
         "max_children": (int, 8),
         "max_depth": (int, 3),
+        # Unset (None) means no limit; a set one must be > 0 (see _POSITIVE).
+        "budget_tokens": (int, None),
+        "budget_usd": ((int, float), None),
+        "max_run_seconds": ((int, float), None),
     },
     "onboarding": {"enabled": (bool, False), "max_rounds": (int, 3)},
     "command": {"argv": (list, []), "timeout": ((int, float), 600.0)},
 }
+
+
+# Limits that are absent unless set, and then bound something: 0 would stop every call.
+_POSITIVE = ("budget_tokens", "budget_usd", "max_run_seconds")
 
 
 def _typename(t: type | tuple[type, ...]) -> str:
@@ -85,7 +94,12 @@ def normalize(data: Mapping[str, Any], where: str) -> dict[str, Any]:
                 raise ProfileError(f"{where}: unknown key {table}.{key}")
             _check(where, f"{table}.{key}", value, keys[key][0])
         for key, (_, default) in keys.items():
-            given.setdefault(key, copy.deepcopy(default))
+            if default is not None:
+                given.setdefault(key, copy.deepcopy(default))
+    for key in _POSITIVE:
+        value = out["limits"].get(key)
+        if value is not None and not value > 0:
+            raise ProfileError(f"{where}: limits.{key} must be > 0 (leave it out for no limit)")
     for key, value in out["system"].items():
         _check(where, f"system.{key}", value, str)
     if out["provider"] == "command" and not out["command"]["argv"]:
@@ -194,11 +208,12 @@ def admit(snapshot: Mapping[str, Any], profile: Profile) -> dict[str, Any]:
         extra = [item for item in config["tools"][key] if item not in granted["tools"][key]]
         if extra:
             raise ProfileError(f"{where}: tools.{key} {extra!r}")
-    for key, value in config["limits"].items():
-        if value > granted["limits"][key] and f"limits.{key}" not in overridable:
-            raise ProfileError(
-                f"{where}: limits.{key} = {value} (the profile allows {granted['limits'][key]})"
-            )
+    for key, allows in granted["limits"].items():
+        value = config["limits"].get(key)
+        if f"limits.{key}" in overridable or (value is not None and value <= allows):
+            continue
+        shown = "no limit" if value is None else str(value)
+        raise ProfileError(f"{where}: limits.{key} = {shown} (the profile allows {allows})")
     extra_overridable = [k for k in config["overridable"] if k not in granted["overridable"]]
     if extra_overridable:
         raise ProfileError(f"{where}: overridable {extra_overridable!r}")

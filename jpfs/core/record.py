@@ -29,6 +29,20 @@ def agent_identity(agent: str) -> Identity:
     return Identity(f"{agent} (jpfs agent)", f"{agent}@agents.jpfs.invalid")
 
 
+def usage_trailer(ws: Workspace, usage: Usage, model: str) -> str:
+    """``input=N output=N cache_read=N cache_creation=N cost_usd=X`` (no cost_usd when
+    the model has no price): one call's usage, as ``jpfs log`` shows it."""
+    from jpfs.core.prices import cost_of
+
+    text = (
+        f"input={usage.input_tokens} output={usage.output_tokens}"
+        f" cache_read={usage.cache_read_input_tokens}"
+        f" cache_creation={usage.cache_creation_input_tokens}"
+    )
+    cost = cost_of(usage, model, ws.prices)
+    return text if cost is None else f"{text} cost_usd={cost:.6f}"
+
+
 def change(
     ws: Workspace,
     conv_id: str,
@@ -51,8 +65,8 @@ def change(
         trailers.append(("Jpfs-Agent", agent))
     if model:
         trailers.append(("Jpfs-Model", model))
-    if usage is not None and (usage.input_tokens or usage.output_tokens):
-        trailers.append(("Jpfs-Usage", usage.trailer()))
+    if usage is not None and usage.total:
+        trailers.append(("Jpfs-Usage", usage_trailer(ws, usage, model or "")))
     if ws.config["sync.remote"]:
         # Several machines share this record: say which one made the change.
         trailers.append(("Jpfs-Machine", machine_name(ws)))

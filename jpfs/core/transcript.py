@@ -20,7 +20,13 @@ def _event_header(ev: Event) -> str:
             bits.append(str(ev.meta["model"]))
         usage = ev.meta.get("usage")
         if isinstance(usage, dict):
-            bits.append(f"in={usage.get('input_tokens', 0)} out={usage.get('output_tokens', 0)}")
+            bit = f"in={usage.get('input_tokens', 0)} out={usage.get('output_tokens', 0)}"
+            cached = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+            if any(cached):
+                bit += f" cache_read={cached[0] or 0} cache_write={cached[1] or 0}"
+            if isinstance(usage.get("cost_usd"), float | int):
+                bit += f" ${usage['cost_usd']:.4f}"
+            bits.append(bit)
     if ev.role == "tool":
         bits.append(str(ev.meta.get("tool_name", "")))
         if ev.meta.get("is_error"):

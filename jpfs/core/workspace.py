@@ -18,6 +18,8 @@ from jpfs.core import config as config_mod
 from jpfs.errors import ScopeError, WorkspaceError
 
 if TYPE_CHECKING:
+    from jpfs.core.prices import Price
+    from jpfs.core.usage import Book
     from jpfs.infra.committer import Change, Committer
 
 JPFS_DIR = ".jpfs"
@@ -91,6 +93,21 @@ class Workspace:
             self.ensure_record(),
             maintenance_every=int(self.config["git.maintenance_every"]),
         )
+
+    @functools.cached_property
+    def spending(self) -> Book:
+        """What conversations spent, read from the record and kept between looks
+        (:mod:`jpfs.core.usage`): one book per workspace object, shared by its runs."""
+        from jpfs.core import usage
+
+        return usage.Book(self.conv_root, self.prices)
+
+    @functools.cached_property
+    def prices(self) -> dict[str, Price]:
+        """The price table: the shipped one with ``[prices]`` from the config over it."""
+        from jpfs.core import prices
+
+        return prices.table(self.config["prices"])
 
     def commit(self, change: Change) -> str | None:
         """Commit ``change`` (workspace-relative paths under the root) on the record."""

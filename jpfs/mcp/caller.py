@@ -27,6 +27,7 @@ from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, ConfigError, JpfsError, LockError
 from jpfs.services import lifecycle
 from jpfs.services.control import find_child_for_call
+from jpfs.services.handoff import Outcome
 from jpfs.services.runtime import Progress, Runner
 from jpfs.tools.registry import build_tools, catalog
 
@@ -105,6 +106,8 @@ def definitions(tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
 class Result:
     text: str
     is_error: bool
+    # A jp_query's run: what it spent, its sub-agents' included (jpfs.core.usage).
+    usage: dict[str, Any] | None = None
 
 
 @dataclass
@@ -152,6 +155,7 @@ class Caller:
             lock_wait=float(self.ws.config["query.lock_wait"]),
         )
         call_id = f"mcp-{uuid.uuid4().hex}"
+        outcomes: list[Outcome] = []
         try:
             root = self.conversation()
             ctx = ToolContext(
@@ -164,6 +168,7 @@ class Caller:
                     "ws": self.ws,
                     "config": self.config,
                     "call_id": call_id,
+                    "on_outcome": outcomes.append,
                 },
             )
             text, is_error = runner.call_tool(self.tools, ctx, {"name": name, "input": arguments})
@@ -176,7 +181,7 @@ class Caller:
             return Result(f"{name} cancelled", True)
         except JpfsError as exc:  # creating R failed
             return Result(str(exc).splitlines()[0], True)
-        return Result(text, is_error)
+        return Result(text, is_error, outcomes[-1].usage if outcomes else None)
 
     def kill_interrupted(self, target: str, call_id: str) -> None:
         """Mark the runs a cancelled ``jp_query`` left mid-way as killed.

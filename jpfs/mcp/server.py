@@ -31,6 +31,8 @@ from mcp.server.stdio import stdio_server
 from jpfs.mcp.caller import Caller, definitions
 from jpfs.services.runtime import Progress
 
+USAGE_META = "jpfs/usage"
+
 
 def instructions(caller: Caller) -> str:
     where = f"conversation {caller.root!r}" if caller.root else "a new top-level conversation"
@@ -74,8 +76,11 @@ def build(caller: Caller) -> Server[Any]:
                 result = await anyio.to_thread.run_sync(work)
             finally:
                 tg.cancel_scope.cancel()
+        # A jp_query's usage travels in _meta: the text stays the seeds' exact
+        # <response ...> form, which clients hand to their model as it is.
+        meta = {USAGE_META: result.usage} if result.usage is not None else None
         return types.CallToolResult(
-            content=[types.TextContent(text=result.text)], is_error=result.is_error
+            content=[types.TextContent(text=result.text)], is_error=result.is_error, _meta=meta
         )
 
     return Server(

@@ -26,7 +26,7 @@ from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, cre
 from jpfs.core.scope import TASK
 from jpfs.core.state import State
 from jpfs.errors import LimitError, ScopeError, StateError
-from jpfs.services import background, inputs, mail, runs
+from jpfs.services import background, budgets, inputs, mail, runs
 from jpfs.services.lifecycle import head_commit
 
 if TYPE_CHECKING:
@@ -96,6 +96,8 @@ def _copy_context(child: Conversation, src: Conversation, prompt: str | None) ->
         return
     # The fork's own turn (still calling tools) is copied as its text, if it has any.
     seq = transcript.copy_for_fork(events, child.events_dir)
+    # The copies' usage is the source's spending, not the child's (jpfs.core.usage).
+    child.update(inherited_events=seq)
     if prompt:
         child.write(TASK, prompt.rstrip() + "\n")
         child.append_event("user", prompt)
@@ -117,10 +119,14 @@ def fork(
     runner: Runner | None = None,
     start_run: bool = True,
     detached: bool = False,
+    budget_tokens: int | None = None,
+    budget_usd: float | None = None,
 ) -> str:
     """A child of ``parent`` with its context so far plus ``prompt``, started; its id.
 
-    Without a prompt the child is only created (idle when the parent is idle).
+    Without a prompt the child is only created (idle when the parent is idle). A
+    budget given is the child's subtree's, at most what ``parent`` has left
+    (:func:`jpfs.services.budgets.for_child`).
     """
     parent = scope.resolve(ws.conv_root, parent)
     if by is not None and parent != by:
@@ -135,6 +141,7 @@ def fork(
                 background.start(ws, existing, runner=runner, detached=detached)
             return existing
     check_limits(ws, src, agent=by is not None, starting=starting)
+    config = budgets.for_child(ws, src, src.config, budget_tokens, budget_usd)
     meta = src.meta()
     agent = str(meta.get("agent", ""))
     child_id = ids.join(parent, ids.generate())
@@ -147,7 +154,7 @@ def fork(
             title=(prompt or "").strip().splitlines()[0][:80]
             if prompt
             else str(meta.get("title", "")),
-            config=src.config,
+            config=config,
             extra={
                 "base": head_commit(ws),
                 "forked_from": f"{parent}@{src.event_names()[-1][0] if src.event_names() else 0}",

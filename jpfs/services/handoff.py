@@ -16,7 +16,7 @@ plus ``v``, ``cfg`` and ``env``); the daemon answers with JSON lines:
     {"type": "start", "conversation": ID}      the daemon took the request
     {"type": "note", "text": ...}              progress (stderr)
     {"type": "turn"} / {"type": "text", "text": ...}   the answer as it streams
-    {"type": "result", "conversation", "state", "text"}   last line: the outcome
+    {"type": "result", "conversation", "state", "text", "usage"}   last line: the outcome
     {"type": "error", "kind": ..., "message": ..., "exit": N}   last line: an error
 
 The daemon serves a request only when it would run it as this process would: the
@@ -67,6 +67,8 @@ class Ask:
     tmp: str | None = None
     activate: bool = True
     onboard: bool | None = None  # False: --no-onboard; None: as the profile says
+    budget_tokens: int | None = None  # a new conversation's budget (jpfs.services.budgets)
+    budget_usd: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +79,9 @@ class Outcome:
     conversation: str
     state: State
     text: str
+    # What the run spent, its sub-agents' included (jpfs.core.usage.Spend.to_json);
+    # None when not measured (an outcome read back from the files).
+    usage: dict[str, Any] | None = None
 
     def wrapped(self) -> str:
         """The tool result a calling agent sees: only the final answer, or the questions."""
@@ -196,8 +201,12 @@ def _receive(
             elif kind == "text" and on_text is not None:
                 on_text(str(message.get("text", "")))
             elif kind == "result":
+                usage = message.get("usage")
                 return Outcome(
-                    str(message["conversation"]), State(message["state"]), str(message["text"])
+                    str(message["conversation"]),
+                    State(message["state"]),
+                    str(message["text"]),
+                    usage if isinstance(usage, dict) else None,
                 )
             elif kind == "error":
                 raise _error(message)

@@ -17,6 +17,13 @@ from jpfs.core import ids
 from jpfs.infra import gitcli
 
 FIELD, RECORD = "\x1f", "\x1e"
+# Jpfs-Usage's short names (jpfs.core.record.usage_trailer) -> the usage keys.
+_TRAILER_KEYS = (
+    ("input", "input_tokens"),
+    ("output", "output_tokens"),
+    ("cache_read", "cache_read_input_tokens"),
+    ("cache_creation", "cache_creation_input_tokens"),
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,24 @@ class Entry:
     def agent(self) -> str:
         return self.trailers.get("Jpfs-Agent", "")
 
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        """The model call's usage from the ``Jpfs-Usage`` trailer (None: no call), with
+        the keys of :mod:`jpfs.core.usage`; ``cost_usd`` None when it had no price."""
+        raw = self.trailers.get("Jpfs-Usage", "")
+        if not raw:
+            return None
+        items = dict(item.partition("=")[::2] for item in raw.split() if "=" in item)
+        out: dict[str, Any] = {}
+        for short, key in _TRAILER_KEYS:
+            value = items.get(short, "0")
+            out[key] = int(value) if value.isdigit() else 0
+        try:
+            out["cost_usd"] = float(items["cost_usd"])
+        except (KeyError, ValueError):
+            out["cost_usd"] = None
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "commit": self.commit,
@@ -42,7 +67,7 @@ class Entry:
             "event": self.event,
             "agent": self.agent,
             "model": self.trailers.get("Jpfs-Model", ""),
-            "usage": self.trailers.get("Jpfs-Usage", ""),
+            "usage": self.usage,
             "note": self.note,
             "trailers": dict(self.trailers),
         }

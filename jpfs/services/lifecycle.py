@@ -154,7 +154,9 @@ def fork_conversation(
             branches.ensure_worktree(ws, branches.require_fork(ws, child.id))
         if last != 0:
             # Renumbered from 1 so the child's transcript is self-contained.
-            transcript.copy_for_fork(src.events(), child.events_dir, last)
+            copied = transcript.copy_for_fork(src.events(), child.events_dir, last)
+            # The copies' usage is the source's spending, not the child's.
+            child.update(inherited_events=copied)
         if prompt:
             child.append_event("user", prompt)
         record.commit(ws, child.id, "fork", agent=str(meta.get("agent", "")), note=f"from {source}")

@@ -19,12 +19,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import profiles, tree
+from jpfs.core import profiles, tree, usage
 from jpfs.core.conversation import ANSWERS, QUESTIONS, TASK, Conversation
 from jpfs.core.state import READY_RE, onboarding_of, split_rounds
 from jpfs.core.tool import Tool, check_arguments
 from jpfs.errors import ProviderError, ToolError
-from jpfs.infra.providers.base import Reply, Request, ToolSpec
+from jpfs.infra.providers.base import Reply, Request, ToolSpec, Usage
 
 if TYPE_CHECKING:
     from jpfs.services.runs import RunContext
@@ -176,6 +176,7 @@ def step(runner: RunContext, conv: Conversation) -> None:
     runner.note(f"[{conv.id}] onboarding round {round_no}")
     reply = _valid_reply(runner, conv, request)
     model = reply.model or request.model
+    usage.append_call(conv, f"onboarding round {round_no}", model, reply.usage, runner.ws.prices)
     ask = next((c for c in reply.tool_calls if c.name == "ask_caller"), None)
     questions = [str(q).strip() for q in (ask.input.get("questions") or [])] if ask else []
     questions = [q for q in questions if q]
@@ -206,11 +207,14 @@ def _valid_reply(runner: RunContext, conv: Conversation, request: Request) -> Re
     a third invalid step fails the run with the reason.
     """
     messages = list(request.messages)
+    spent = Usage()
     for _attempt in range(_STEP_ATTEMPTS):
         reply = runner.complete(conv, dataclasses.replace(request, messages=list(messages)))
+        spent = spent + reply.usage
         problems = {c.id: _invalid(c.name, c.input) for c in reply.tool_calls}
         if not any(problems.values()):
-            return reply
+            # The step's usage is every attempt's: the invalid ones were paid for too.
+            return dataclasses.replace(reply, usage=spent)
         blocks: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
         blocks += [
             {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}
@@ -227,6 +231,10 @@ def _valid_reply(runner: RunContext, conv: Conversation, request: Request) -> Re
         ]
         messages += [{"role": "assistant", "content": blocks}, {"role": "user", "content": results}]
     bad = "; ".join(p for p in problems.values() if p)
+    # Paid for though never acted on: recorded, so that budgets and reports count it.
+    usage.append_call(
+        conv, "onboarding (invalid steps)", reply.model or request.model, spent, runner.ws.prices
+    )
     raise ProviderError(
         f"the agent's onboarding step stayed invalid after {_STEP_ATTEMPTS} tries: {bad}"
     )

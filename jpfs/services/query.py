@@ -12,6 +12,7 @@ and the library's ``call``. Input means different things in different states:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 from jpfs.core import ids, locks, scope
 from jpfs.core.conversation import RESULT, Conversation
 from jpfs.core.state import State
+from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
-from jpfs.services import inputs, lifecycle, onboarding
+from jpfs.errors import StateError
+from jpfs.services import budgets, inputs, lifecycle, onboarding
 from jpfs.services.handoff import Ask
 from jpfs.services.handoff import Outcome as Outcome  # its home: the client needs it light
 from jpfs.services.runtime import Runner
@@ -64,17 +67,32 @@ def query(
     extra: dict[str, object] | None = None,
     author: Identity | None = None,
     on_text: Callable[[str | None], None] | None = None,
+    budget_tokens: int | None = None,
+    budget_usd: float | None = None,
 ) -> Outcome:
     """Create (no ``conv_id``) or continue a conversation with ``text`` and run it.
 
     ``on_text`` gets the text of its work turns as the provider streams it (``None``
-    when a turn begins); its sub-agents' turns are not streamed."""
+    when a turn begins); its sub-agents' turns are not streamed. ``budget_tokens`` /
+    ``budget_usd``: a new conversation's budget, at most what ``parent`` has left
+    (:func:`jpfs.services.budgets.for_child`)."""
     runner = runner or Runner(ws)
+    config = None
     if conv_id is None:
         if parent is not None:
             parent = scope.resolve(ws.conv_root, parent)
         target = ids.join(parent, segment or ids.generate())
+        if budget_tokens is not None or budget_usd is not None:
+            caller = Conversation(ws.conv_root, parent) if parent is not None else None
+            name = agent or str(ws.config["conversations.default_agent"])
+            base = lifecycle.agent_config(ws, name, overrides, onboarding_enabled)
+            config = budgets.for_child(ws, caller, base, budget_tokens, budget_usd)
     else:
+        if budget_tokens is not None or budget_usd is not None:
+            raise StateError(
+                "a budget is given when a conversation is created; "
+                f"{conv_id} exists (its budget is in its conversation.toml)"
+            )
         target = scope.resolve(ws.conv_root, conv_id, within=within)
     # The lock covers the input too: a daemon must not start the run between the
     # input being written and this caller running it.
@@ -94,6 +112,7 @@ def query(
                 overrides=overrides,
                 onboarding=onboarding_enabled,
                 task=text or "",
+                config=config,
                 extra=dict(extra or {}),
                 author=author,
             )
@@ -105,11 +124,13 @@ def query(
                 lifecycle.set_active(ws, conv.id)
         if on_text is not None:
             runner.streams[conv.id] = on_text
+        before = ws.spending.subtree(conv.id) if conv_id is not None else Spend()
         try:
             state = runner.run_locked(conv)
         finally:
             runner.streams.pop(conv.id, None)
-    return outcome(conv, state)
+    result = outcome(conv, state)
+    return dataclasses.replace(result, usage=ws.spending.subtree(conv.id).since(before).to_json())
 
 
 def ask(
@@ -147,7 +168,14 @@ def ask(
         runner.provider(config)
     if conv_id is not None:
         return query(
-            ws, request.text, conv_id=conv_id, within=within, runner=runner, on_text=on_text
+            ws,
+            request.text,
+            conv_id=conv_id,
+            within=within,
+            runner=runner,
+            on_text=on_text,
+            budget_tokens=request.budget_tokens,
+            budget_usd=request.budget_usd,
         )
     return query(
         ws,
@@ -161,4 +189,6 @@ def ask(
         activate=request.activate,
         runner=runner,
         on_text=on_text,
+        budget_tokens=request.budget_tokens,
+        budget_usd=request.budget_usd,
     )

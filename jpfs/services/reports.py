@@ -1,7 +1,8 @@
 """Status reports: a child's mail to its parent when a run ends, and gathering them.
 
     +++ kind = "status", from = child, to = parent, event = <the child's last event> +++
-    {"status": "idle", "success": true, "summary": "<the final reply, or the error>"}
+    {"status": "idle", "success": true, "summary": "<the final reply, or the error>",
+     "usage": {<the run's usage: the four token counts and cost_usd>}}
 
 :func:`report_status` is every runner's default ``on_finish``: it is called before
 result.md is written, and the message id is derived from (child, event), so a run
@@ -48,9 +49,9 @@ def report_status(runner: RunContext, conv: Conversation, success: bool, text: s
         summary = summary[:SUMMARY_MAX] + f"\n[truncated: read result.md of {conv.id}]"
     if stat := branches.diffstat(runner.ws, conv.id):  # branch workspaces: what merge brings
         summary += f"\n\nbranch diff stat (merge with `merge`):\n{stat}"
-    body = json.dumps(
-        {"status": "idle", "success": success, "summary": summary}, ensure_ascii=False
-    )
+    report = {"status": "idle", "success": success, "summary": summary}
+    report["usage"] = runner.run_usage(conv)  # what this run cost, its sub-agents' included
+    body = json.dumps(report, ensure_ascii=False)
     created = last.meta.get("created")
     when = created if isinstance(created, dt.datetime) else now()
     msg_id = mail.status_id(conv.id, last.seq, when)

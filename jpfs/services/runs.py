@@ -26,12 +26,14 @@ conversation was killed, and re-raises it when the runner itself was cancelled.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import threading
+import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from jpfs.core.conversation import ANSWERS, EVENTS, FILES, QUESTIONS, RESULT
 from jpfs.core.scope import CONVERSATION_TOML, TASK
 from jpfs.core.state import State
+from jpfs.core.usage import LEDGER
 from jpfs.errors import Cancelled
 
 if TYPE_CHECKING:
@@ -62,6 +65,8 @@ class RunContext(Protocol):
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None: ...
 
     def complete(self, conv: Conversation, request: Request) -> Reply: ...
+
+    def run_usage(self, conv: Conversation) -> dict[str, Any]: ...
 
 
 POLL = 0.1
@@ -113,7 +118,7 @@ def own_paths(ws: Workspace, conv: Conversation, events: Sequence[str] | None = 
     once and never rewritten, so a run that committed the directory once need name
     only the new ones: a commit then costs what changed, not the conversation's length).
     """
-    names = [CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, FILES]
+    names = [CONVERSATION_TOML, TASK, QUESTIONS, ANSWERS, RESULT, FILES, LEDGER]
     if events is None:
         names.append(EVENTS)
     else:
@@ -127,6 +132,29 @@ def cancel_event(runner: RunContext, conv: Conversation) -> threading.Event:
     """The event a run of ``conv`` by ``runner`` is cancelled by (the runner's outside one)."""
     run = _runs.get(_key(runner.ws.root, conv.id))
     return run.cancel if run is not None else runner.cancel
+
+
+@contextlib.contextmanager
+def cancelled_at(cancel: threading.Event, deadline: float) -> Iterator[threading.Event]:
+    """An event set when ``cancel`` is, or at ``deadline`` (``time.monotonic()``), for
+    one call that must end with the run's clock; it stops being watched on exit."""
+    event = threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set() and not event.is_set():
+            if cancel.is_set() or time.monotonic() >= deadline:
+                event.set()
+                return
+            done.wait(min(POLL, max(deadline - time.monotonic(), 0.0)))
+
+    watcher = threading.Thread(target=watch, name="jpfs-run-clock", daemon=True)
+    watcher.start()
+    try:
+        yield event
+    finally:
+        done.set()
+        watcher.join()
 
 
 def cancel(root: Path, conv_id: str) -> bool:

@@ -18,19 +18,21 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from jpfs.core import frontmatter, locks, messages, profiles, record, tree
+from jpfs.core import frontmatter, locks, messages, profiles, record, tree, usage
 from jpfs.core.conversation import ANSWERS, EVENTS, RESULT, TASK, Conversation, Event, now
 from jpfs.core.record import agent_identity
 from jpfs.core.state import State
 from jpfs.core.tool import Tool, Toolbox, ToolContext, check_arguments, installed_toolbox
 from jpfs.core.workspace import Workspace
 from jpfs.errors import (
+    BudgetError,
     Cancelled,
     ConversationGone,
     ExistsError,
@@ -43,7 +45,7 @@ from jpfs.errors import (
     ToolFailure,
 )
 from jpfs.infra.providers.base import Provider, Reply, Request
-from jpfs.services import inputs, onboarding, reports, runs, trust
+from jpfs.services import budgets, inputs, onboarding, reports, runs, trust
 from jpfs.services.sync import claims
 
 log = logging.getLogger("jpfs.services.runtime")
@@ -91,6 +93,10 @@ class Runner:
     _append_lock: threading.Lock = field(default_factory=threading.Lock)
     # conversation id -> newest event committed by its current run (see commit()).
     _committed_events: dict[str, int] = field(default_factory=dict)
+    # conversation id -> (when its run must stop: limits.max_run_seconds, the limit)
+    _deadlines: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # conversation id -> what its subtree had spent when its current run began
+    _spent_before: dict[str, usage.Spend] = field(default_factory=dict)
 
     # -- plumbing -------------------------------------------------------------------
     def note(self, text: str) -> None:
@@ -117,7 +123,37 @@ class Runner:
             request = dataclasses.replace(
                 request, notify=lambda text: self.note(f"[{conv.id}] {text}")
             )
-        return self.provider(conv.config).complete(request, runs.cancel_event(self, conv))
+        # Every model call passes here: budgets and the run's clock are checked once, in
+        # one place, whichever step (onboarding or work) makes the call.
+        budgets.check(self.ws, conv, request.model)
+        if not conv.config.get("prompt_cache", True):
+            request = dataclasses.replace(request, cache=False)
+        cancel = runs.cancel_event(self, conv)
+        clock = self._deadlines.get(conv.id)
+        if clock is None:
+            return self.provider(conv.config).complete(request, cancel)
+        self.check_clock(conv)
+        deadline, limit = clock
+        with runs.cancelled_at(cancel, deadline) as call_cancel:
+            try:
+                return self.provider(conv.config).complete(request, call_cancel)
+            except Cancelled:
+                if cancel.is_set() or time.monotonic() < deadline:
+                    raise
+        raise BudgetError(
+            f"run time spent: max_run_seconds = {limit:g} reached during a model call"
+        )
+
+    def check_clock(self, conv: Conversation) -> None:
+        """Stop a run whose ``limits.max_run_seconds`` has passed."""
+        clock = self._deadlines.get(conv.id)
+        if clock is not None and time.monotonic() >= clock[0]:
+            raise BudgetError(f"run time spent: max_run_seconds = {clock[1]:g} reached")
+
+    def run_usage(self, conv: Conversation) -> dict[str, Any]:
+        """What ``conv``'s subtree spent since its current run began (JSON)."""
+        before = self._spent_before.get(conv.id, usage.Spend())
+        return budgets.run_usage(before, self.ws.spending.subtree(conv.id))
 
     def record_event(
         self,
@@ -224,7 +260,15 @@ class Runner:
         # A registered run: kill cancels it, and caller mail is delivered (jpfs.services.runs).
         # With peers sharing the record, claimed on the remote first (re-entrant).
         with claims.claimed(self.ws, conv.id), conv.exclusive():
-            return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
+            self._spent_before[conv.id] = self.ws.spending.subtree(conv.id)
+            limit = conv.config.get("limits", {}).get("max_run_seconds") if conv.config else None
+            if isinstance(limit, int | float) and not isinstance(limit, bool):
+                self._deadlines[conv.id] = (time.monotonic() + float(limit), float(limit))
+            try:
+                return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
+            finally:
+                self._deadlines.pop(conv.id, None)
+                self._spent_before.pop(conv.id, None)
 
     def drive(self, conv: Conversation) -> State:
         turns = 0
@@ -240,6 +284,8 @@ class Runner:
                 raise Cancelled(f"run of {conv.id} cancelled")
             try:
                 state = tree.state_of(conv)
+                if state in (State.ONBOARDING, State.RUNNING):
+                    self.check_clock(conv)  # a long tool step ends the run here
                 if state is State.ONBOARDING:
                     onboarding.step(self, conv)
                 elif state is State.RUNNING:
@@ -284,12 +330,10 @@ class Runner:
         )
         self.note(f"[{conv.id}] model turn ({request.model})")
         reply = self.complete(conv, request)
+        model = reply.model or request.model
         meta: dict[str, Any] = {
-            "model": reply.model or request.model,
-            "usage": {
-                "input_tokens": reply.usage.input_tokens,
-                "output_tokens": reply.usage.output_tokens,
-            },
+            "model": model,
+            "usage": usage.record(reply.usage, model, self.ws.prices),
             "stop_reason": reply.stop_reason,
         }
         if reply.tool_calls:

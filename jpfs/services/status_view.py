@@ -8,15 +8,18 @@ the agents (the daemon, ``jpfs query``, a library call):
               killed, empty, broken (unreadable files)
     elapsed   running: since the run took the lock (the lock file's mtime);
               otherwise since the last change
-    tokens    input + output tokens of every model turn (assistant events' usage)
+    tokens    every token its model calls processed (the four usage counts summed)
+    cost      what they cost in USD (None when a model has no price); ``subtree_*``:
+              the same summed over the conversation and all its descendants
     last      the last line the agent wrote (its last reply, question or error)
 
-A :class:`TreeView` caches token sums per conversation and only reads new event files
-on each refresh, so ``top`` stays cheap on long transcripts.
+Usage is read through the workspace's :class:`jpfs.core.usage.Book`, which reads only
+new event files on each refresh, so ``top`` stays cheap on long transcripts.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -26,6 +29,7 @@ from jpfs.core import frontmatter, ids, locks, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import AGENT_ACTS, State, derive
 from jpfs.core.summaries import Summaries
+from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
 from jpfs.errors import FormatError
 from jpfs.services import onboarding
@@ -43,6 +47,9 @@ class Row:
     model: str
     elapsed: float
     tokens: int
+    cost_usd: float | None
+    subtree_tokens: int
+    subtree_cost_usd: float | None
     last: str
     title: str
     hidden: bool
@@ -67,7 +74,6 @@ _AGENT_ACTS = frozenset(str(s) for s in AGENT_ACTS)
 class TreeView:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
-        self._tokens: dict[str, tuple[int, int]] = {}  # id -> (last seq counted, total)
         self._notes: dict[str, str] = {}  # id -> what its daemon run is doing now
 
     def load_notes(self) -> None:
@@ -80,23 +86,6 @@ class TreeView:
                 conv_id, note = str(agent.get("id", "")), str(agent["note"])
                 notes[conv_id] = note.removeprefix(f"[{conv_id}] ")
         self._notes = notes
-
-    def tokens(self, conv: Conversation, names: list[tuple[int, str, str]]) -> int:
-        seen, total = self._tokens.get(conv.id, (0, 0))
-        if names and names[-1][0] < seen:  # renumbered (rewritten history): start over
-            seen, total = 0, 0
-        for seq, role, name in names:
-            if seq <= seen or role != "assistant":
-                continue
-            try:
-                meta, _ = frontmatter.read(conv.events_dir / name, conv.root)
-            except (FormatError, OSError):
-                continue
-            usage = meta.get("usage")
-            if isinstance(usage, dict):
-                total += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-        self._tokens[conv.id] = (names[-1][0] if names else 0, total)
-        return total
 
     def facts(self, conv_id: str) -> dict[str, Any]:
         """What the files say of a conversation: all of a row but what moves by itself
@@ -116,14 +105,16 @@ class TreeView:
             "state": state,
             "agent": str(meta.get("agent", "")),
             "model": str(config.get("model", "")) if config else "",
-            "tokens": self.tokens(conv, names),
+            **_spent(self.ws.spending.of(conv_id)),
             "last": last,
             "title": str(meta.get("title", "")),
             "hidden": bool(meta.get("hidden", False)),
             "updated": max((_mtime(p) for p in changed), default=time.time()),
         }
 
-    def row(self, conv_id: str, base_depth: int, facts: dict[str, Any]) -> Row:
+    def row(
+        self, conv_id: str, base_depth: int, facts: dict[str, Any], subtree: tuple[int, float]
+    ) -> Row:
         now = time.time()
         last = str(facts["last"])
         if locks.is_locked(self.ws.local_dir, conv_id):
@@ -141,6 +132,9 @@ class TreeView:
             model=str(facts["model"]),
             elapsed=round(max(elapsed, 0.0), 1),
             tokens=int(facts["tokens"]),
+            cost_usd=facts["cost"],
+            subtree_tokens=subtree[0],
+            subtree_cost_usd=None if math.isnan(subtree[1]) else round(subtree[1], 6),
             last=last,
             title=str(facts["title"]),
             hidden=bool(facts["hidden"]),
@@ -164,21 +158,41 @@ class TreeView:
         base = ids.depth(under) if under else 0
         self.load_notes()
         cache = Summaries(self.ws.local_dir, FILE)
-        out = []
-        hidden: list[str] = []
+        found: list[tuple[str, dict[str, Any]]] = []
         for conv_id, sig, facts in cache.walk(self.ws.conv_root, under):
-            if hidden and any(ids.is_descendant(conv_id, h) for h in hidden):
-                continue
-            if not isinstance(facts, dict):
+            if not isinstance(facts, dict) or "cost" not in facts:
                 facts = self.facts(conv_id)
                 cache.put(conv_id, sig, facts)
-            row = self.row(conv_id, base, facts)
+            found.append((conv_id, facts))
+        cache.save()
+        # Subtree sums take every descendant, hidden ones too: what they spent was spent.
+        # NaN marks a sum with an unpriced call in it (the cost is then unknown).
+        sums: dict[str, tuple[int, float]] = {}
+        for conv_id, facts in reversed(found):
+            cost = facts["cost"]
+            tokens, dollars = sums.get(conv_id, (0, 0.0))
+            mine = (tokens + int(facts["tokens"]), dollars + (math.nan if cost is None else cost))
+            sums[conv_id] = mine
+            parent = ids.parent(conv_id)
+            if parent is not None and (under is None or ids.is_descendant(parent, under)):
+                t, d = sums.get(parent, (0, 0.0))
+                sums[parent] = (t + mine[0], d + mine[1])
+        out = []
+        hidden: list[str] = []
+        for conv_id, facts in found:
+            if hidden and any(ids.is_descendant(conv_id, h) for h in hidden):
+                continue
+            row = self.row(conv_id, base, facts, sums[conv_id])
             if row.hidden and not include_hidden:
                 hidden.append(conv_id)
                 continue
             out.append(row)
-        cache.save()
         return out
+
+
+def _spent(spend: Spend) -> dict[str, Any]:
+    """A conversation's own usage as the tree's cached facts keep it."""
+    return {"tokens": spend.tokens, "cost": spend.cost}
 
 
 def _mtime(path: os.PathLike[str] | str) -> float:

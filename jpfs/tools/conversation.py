@@ -17,7 +17,7 @@ from jpfs.core import profiles, record, scope, transcript, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.tool import JsonDict, Tool, ToolContext
-from jpfs.errors import ProfileError, ToolError, ToolFailure
+from jpfs.errors import LimitError, ProfileError, ToolError, ToolFailure
 from jpfs.services import control, search
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
     text = str(args["query"])
     target = str(args.get("id") or "new")
     overrides = [str(o) for o in args.get("overrides") or []]
+    budget = {k: args[k] for k in ("budget_tokens", "budget_usd") if args.get(k) is not None}
+    report = ctx.services.get("on_outcome")
     if target == "new":
         name = str(args.get("config") or "")
         if not name:
@@ -79,12 +81,14 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
                 runner=runner,
                 extra={"origin_call": call_id or None},
                 author=record.agent_identity(str(config.get("name") or "agent")),
+                **budget,
             )
-        except ProfileError as exc:
+        except (ProfileError, LimitError) as exc:
             raise ToolError(str(exc)) from exc
-        return _answer(result)
-    if overrides:
-        raise ToolError('overrides apply only when creating a conversation (id="new")')
+        return _answer(result, report)
+    if overrides or budget:
+        given = "overrides" if overrides else " and ".join(budget)
+        raise ToolError(f'{given} apply only when creating a conversation (id="new")')
     result = query(
         ws,
         text,
@@ -93,12 +97,15 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
         runner=runner,
         author=record.agent_identity(str(config.get("name") or "agent")),
     )
-    return _answer(result)
+    return _answer(result, report)
 
 
-def _answer(result: Outcome) -> str:
+def _answer(result: Outcome, report: Any = None) -> str:
     """The sub-agent's answer; a failed or killed one is an error result for the caller
-    (MCP clients see ``isError``), with the same ``<error ...>`` text."""
+    (MCP clients see ``isError``), with the same ``<error ...>`` text. ``report`` (an
+    adapter's ``on_outcome`` service) is handed the whole outcome, its usage included."""
+    if callable(report):
+        report(result)
     if result.state in (State.FAILED, State.KILLED):
         raise ToolFailure(result.wrapped())
     return result.wrapped()
@@ -151,6 +158,23 @@ def jp_conversation_grep(ctx: ToolContext, args: JsonDict) -> str:
     return "\n".join(lines)
 
 
+# A new sub-agent's budget (jpfs.services.budgets): never more than the caller has left.
+BUDGET_PROPERTIES: JsonDict = {
+    "budget_tokens": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "Most tokens the new sub-agent and its own sub-agents may spend"
+        " (at most what you have left).",
+    },
+    "budget_usd": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "description": "Most USD the new sub-agent and its own sub-agents may spend"
+        " (at most what you have left).",
+    },
+}
+
+
 def profile_descriptions(agents_dir: Path, names: Sequence[str]) -> str:
     out = []
     for name in names:
@@ -191,6 +215,7 @@ def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]
                 "description": "KEY=VALUE settings for a new sub-agent; only keys its profile"
                 " allows (usually just model=...).",
             },
+            **BUDGET_PROPERTIES,
         },
         # config names the profile of a *new* sub-agent: continuing one needs only
         # id and query (the seeds' form), so config is checked where it applies.

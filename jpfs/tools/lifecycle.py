@@ -16,6 +16,7 @@ from typing import Any
 
 from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.services import control, mail, reports
+from jpfs.tools.conversation import BUDGET_PROPERTIES
 
 DELEGATING = frozenset({"fork", "jp_query"})
 MAX_AWAIT = 3600.0
@@ -43,6 +44,8 @@ def fork(ctx: ToolContext, args: JsonDict) -> str:
         by=ctx.conversation,
         call_id=str(ctx.services.get("call_id", "")),
         runner=ctx.services.get("runner"),
+        budget_tokens=args.get("budget_tokens"),
+        budget_usd=args.get("budget_usd"),
     )
     return _dump(
         {
@@ -144,7 +147,13 @@ def build(config: Mapping[str, Any]) -> dict[str, Tool]:
             " plus `prompt` as its task. Returns at once with its conversation_id; when it"
             " stops it mails you a status message. Gather with jp_await, continue it with"
             " mail_send, stop it with kill.",
-            _schema({"prompt": {"type": "string", "description": "The child's task."}}, ["prompt"]),
+            _schema(
+                {
+                    "prompt": {"type": "string", "description": "The child's task."},
+                    **BUDGET_PROPERTIES,
+                },
+                ["prompt"],
+            ),
             fork,
         ),
         Tool(

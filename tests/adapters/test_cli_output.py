@@ -20,8 +20,12 @@ PROTOCOL = Path(__file__).resolve().parents[2] / "protocol"
 
 CONVERSATION = {"id", "parent", "title", "agent", "status", "events_count", "created", "updated",
                 "hidden"}  # fmt: skip
-TREE_ROW = {"id", "depth", "state", "agent", "model", "elapsed", "tokens", "last", "title",
-            "hidden"}  # fmt: skip
+TREE_ROW = {"id", "depth", "state", "agent", "model", "elapsed", "tokens", "cost_usd",
+            "subtree_tokens", "subtree_cost_usd", "last", "title", "hidden"}  # fmt: skip
+USAGE = {"input_tokens", "output_tokens", "cache_read_input_tokens",
+         "cache_creation_input_tokens", "cost_usd", "cost_note"}  # fmt: skip
+SHOWN = CONVERSATION | {"usage", "subtree_usage"}
+COST = {"by", "since", "until", "rows", "total"}
 EVENT = {"seq", "role", "meta", "body"}
 MATCH = {"id", "file", "line", "text"}
 LOG_ENTRY = {"commit", "date", "author", "conversation", "event", "agent", "model", "usage",
@@ -54,8 +58,10 @@ def commands(ids: dict[str, str]) -> list[tuple[tuple[str, ...], str, set[str]]]
         (("tree",), "jpfs tree", TREE_ROW),
         (("conversation", "ls"), "jpfs conversation ls", CONVERSATION),
         (("c", "ls", "--tree"), "jpfs conversation ls", CONVERSATION),
-        (("c", "show", lead), "jpfs conversation show", CONVERSATION),
-        (("c", "show"), "jpfs conversation show", CONVERSATION),
+        (("c", "show", lead), "jpfs conversation show", SHOWN),
+        (("c", "show"), "jpfs conversation show", SHOWN),
+        (("cost",), "jpfs cost", COST),
+        (("cost", lead, "--by", "model"), "jpfs cost", COST),
         (("c", "print", lead), "jpfs conversation print",
          CONVERSATION | {"task", "questions", "answers", "events"}),
         (("c", "grep", "needle", "-i"), "jpfs conversation grep", MATCH),
@@ -104,6 +110,12 @@ def test_every_data_command_prints_json_with_the_documented_keys(
         row = documented(row_start)
         assert all(f"`{key}`" in row for key in keys), (row_start, keys, row)
     # The nested objects have their documented keys too.
+    shown = json.loads(cli("c", "show", busy["lead"], "--format", "json").stdout)
+    assert set(shown["usage"]) == set(shown["subtree_usage"]) == USAGE
+    cost = json.loads(cli("cost", "--format", "json").stdout)
+    assert cost["rows"] and all(set(r) == USAGE | {"conversation", "calls"} for r in cost["rows"])
+    assert set(cost["total"]) == USAGE | {"calls"}
+    assert all(f"`{key}`" in documented("jpfs cost") for key in USAGE | {"calls"})
     printed = json.loads(cli("c", "print", busy["lead"], "--format", "json").stdout)
     assert printed["events"] and all(set(ev) == EVENT for ev in printed["events"])
     assert all(f"`{key}`" in documented("jpfs conversation print") for key in EVENT)
@@ -151,7 +163,8 @@ def test_format_takes_text_or_json_and_refuses_anything_else(
 
 
 HEADERS = {
-    ("tree",): ["ID", "STATE", "AGENT", "MODEL", "TIME", "TOKENS", "LAST"],
+    ("tree",): ["ID", "STATE", "AGENT", "MODEL", "TIME", "TOKENS", "COST", "SUBTREE", "LAST"],
+    ("cost",): ["CONVERSATION", "CALLS", "INPUT", "OUTPUT", "CACHE-READ", "CACHE-WRITE", "COST"],
     ("c", "ls"): ["ID", "STATE", "AGENT", "EVENTS", "TITLE"],
     ("c", "ls", "--tree"): ["ID", "STATE", "AGENT", "EVENTS", "TITLE"],
     ("log",): ["TIME", "CONVERSATION", "EVENT", "AGENT", "AUTHOR", "NOTE"],

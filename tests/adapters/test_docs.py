@@ -1064,7 +1064,15 @@ def layout_event(block: Block, env: Env) -> None:
 
     meta, body = frontmatter.parse(block.text)
     assert set(meta) == {"role", "created", "model", "usage", "stop_reason", "tool_calls"}
-    assert set(meta["usage"]) == {"input_tokens", "output_tokens"}
+    from jpfs.core import prices
+    from jpfs.infra.providers.base import Usage
+
+    counts = {k: v for k, v in meta["usage"].items() if k != "cost_usd"}
+    assert set(counts) == set(Usage().counts())
+    # cost_usd is what jpfs records for these counts at the shipped price of the model.
+    assert meta["usage"]["cost_usd"] == prices.cost_of(
+        Usage(**counts), meta["model"], prices.PRICES
+    )
     assert body == "I will ask the researcher.\n"
     conv = event_in_conversation(
         env, {"events/0001-user.md": '+++\nrole = "user"\n+++\nGo.\n',
@@ -1121,6 +1129,72 @@ def layout_commit(block: Block, env: Env) -> None:
         text=True, check=True,
     ).stdout  # fmt: skip
     assert parsed == block.text.split("\n\n", 1)[1]
+
+
+# --- protocol/cost.md -------------------------------------------------------------------
+
+
+def cost_prices(block: Block, env: Env) -> None:
+    """The config block loads; its entries are what jpfs prices with (the dated name of
+    a model included); and the document's table of shipped prices is jpfs's own."""
+    from jpfs.core import config, prices
+    from jpfs.infra.providers.base import Usage
+
+    path = env.tmp / "config.toml"
+    path.write_text(block.text, encoding="utf-8")
+    table = prices.table(config.load_file(path)["prices"])
+    sonnet = prices.price_of("claude-sonnet-4-5-20250929", table)
+    assert sonnet == prices.Price(3.0, 15.0, 0.30, 3.75)
+    assert prices.cost_of(Usage(1_000_000, 0, 0, 0), "llama3.1:8b", table) == 0.0
+    assert prices.price_of("gpt-oss", table) is None
+    doc = (ROOT / "protocol" / "cost.md").read_text(encoding="utf-8")
+    shown: dict[str, prices.Price] = {}
+    for row in re.findall(r"^\| (`claude-.*)\|$", doc, re.M):
+        names, *numbers = [cell.strip() for cell in row.split("|")]
+        for name in re.findall(r"`([^`]+)`", names):
+            shown[name] = prices.Price(*(float(n) for n in numbers))
+    assert shown == prices.PRICES
+
+
+def cost_profile(block: Block, env: Env) -> None:
+    profile = load_profile(env, block.text)
+    assert profile.config["prompt_cache"] is True
+    assert profile.config["limits"] == {
+        "max_turns": 25, "max_children": 8, "max_depth": 3,
+        "budget_tokens": 400000, "budget_usd": 0.5, "max_run_seconds": 900,
+    }  # fmt: skip
+
+
+def cost_tour(block: Block, env: Env) -> None:
+    """The commands of "Where it shows", in a workspace, after the researcher answered
+    (onboarding step and work turn at the docs' model's default usage, 10 + 5 tokens)."""
+    shell = env.shell(workspace(env))
+    shell.workspace = shell.cwd
+
+    def ran(sh: Shell, d: Done) -> None:
+        sh.last_id = re.search(r"conversation (c-[0-9a-z]{26}) · 30 tokens, \$0\.0002", d.err)[1]
+
+    def usage(sh: Shell, d: Done) -> None:
+        shown = json.loads(d.out)
+        assert shown["usage"] == shown["subtree_usage"]
+        assert shown["usage"]["input_tokens"] == 20
+        assert shown["usage"]["cost_usd"] == pytest.approx(2 * (10 * 3 + 5 * 15) / 1e6)
+
+    run_block(
+        block,
+        shell,
+        [
+            ("jpfs query --agent researcher --budget-usd 0.25",
+             Step(out=[r"\AIn src/checkout.py: validate_order"], after=ran)),
+            ("jpfs conversation show c-01jh...", Step(after=usage)),
+            ("jpfs tree", Step(out=[r"^ID +STATE .* TOKENS +COST +SUBTREE +LAST",
+                                    r"^total: 30 tokens, \$0\.0002$"])),
+            ("jpfs log -n 3", Step(out=[r" assistant .* 10\+5 tokens \$0\.0001$"])),
+            ("jpfs cost --by model", Step(out=[r"^claude-sonnet-4-5 +2 +20 +10 +0 +0 +\$0\.0002",
+                                               r"^total +2 "])),
+            ("jpfs cost --since 24h", Step(out=[r"^c-[0-9a-z]{26} +2 ", r"^total +2 "])),
+        ],
+    )  # fmt: skip
 
 
 # --- protocol/lifecycle.md, mail.md, mcp.md ---------------------------------------------
@@ -1458,25 +1532,28 @@ DOCS: list[Entry] = [
     Entry("README.md", "4d1f05ec", "jpfs tools", readme_tools),
     Entry("README.md", "8ca48dd9", "git -C conversations log", readme_record),
     Entry("protocol/agents.md", "ce428ff0", 'model = "claude-sonnet-4-5"', agents_profile),
+    Entry("protocol/cost.md", "9b03ddb3", '[prices."claude-sonnet-4-5"]', cost_prices),
+    Entry("protocol/cost.md", "31dd567a", 'model = "claude-haiku-4-5"', cost_profile),
+    Entry("protocol/cost.md", "1b649ff9", "jpfs query --agent researcher", cost_tour),
     Entry("protocol/agents.md", "4a6e6da2", "[[tools.command]]", command_tool),
     Entry("protocol/branches.md", "36a002c0", "*   jpfs(a): merge", branches_graph),
     Entry("protocol/branches.md", "c82a0afa", "jpfs(a): merged into main", branches_record),
     Entry("protocol/daemon.md", "cdb7fde1", '{"running": true', daemon_status_json),
     Entry("protocol/daemon.md", "f4b13633", "# jpfs: editors'", record_gitignore),
     Entry("protocol/layout.md", "d812b30b", "<repo>/", layout_workspace),
-    Entry("protocol/layout.md", "80dc8575", "conversations/<id>/", layout_files),
-    Entry("protocol/layout.md", "35ae6184", "+++", layout_event),
+    Entry("protocol/layout.md", "45d0541d", "conversations/<id>/", layout_files),
+    Entry("protocol/layout.md", "5e509f11", "+++", layout_event),
     Entry("protocol/layout.md", "f967473a", "+++", layout_result),
-    Entry("protocol/layout.md", "d2de38b2", "jpfs(refactor/research-errors)", layout_commit),
+    Entry("protocol/layout.md", "87ce7576", "jpfs(refactor/research-errors)", layout_commit),
     Entry("protocol/lifecycle.md", "a854791e", "fork(prompt)", lifecycle_diagram),
     Entry("protocol/mail.md", "5901d778", "+++", mail_message),
-    Entry("protocol/mail.md", "44bc579b", "+++", mail_status),
+    Entry("protocol/mail.md", "60e37cc5", "+++", mail_status),
     Entry("protocol/mail.md", "68dcd9d2", "jpfs mail send", synopsis),
     Entry("protocol/mcp.md", "b4a10889", "jpfs [-w REPO] mcp", synopsis),
     Entry("protocol/onboarding.md", "c76c0b27", "# Questions", onboarding_questions),
     Entry("protocol/onboarding.md", "489bde1a", "Refactor the billing", onboarding_brief),
     Entry("protocol/onboarding.md", "7e6aee93", "import jpfs", python_onboarding),
-    Entry("protocol/onboarding.md", "b9b3dabc", "$ jpfs query --new", transcript),
+    Entry("protocol/onboarding.md", "9c0e1061", "$ jpfs query --new", transcript),
     Entry("protocol/record.md", "e1f91435", "git -C conversations log", record_reading),
     Entry("protocol/record.md", "5a9c9f6a", "git push origin", record_push),
     Entry("protocol/record.md", "0fcec3f8", "jpfs migrate", record_migrate),

@@ -5,7 +5,9 @@ The ``messages_server`` fixture comes from tests/conftest.py.
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
+import json
 import socket
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import pytest
 
 from jpfs.errors import Cancelled, ProviderError
 from jpfs.infra.providers.anthropic import AnthropicProvider, _retry_after
-from jpfs.infra.providers.base import Reply, Request, ToolSpec
+from jpfs.infra.providers.base import Reply, Request, ToolSpec, Usage
 from tests.messages_server import (
     MessagesServer,
     Response,
@@ -110,7 +112,7 @@ def test_text_reply_with_usage(messages_server: MessagesServer) -> None:
     assert reply.stop_reason == "end_turn"
 
 
-def test_text_blocks_are_joined_and_cached_tokens_count_as_input(
+def test_text_blocks_are_joined_and_cache_counts_are_kept_apart(
     messages_server: MessagesServer,
 ) -> None:
     body = text_reply("x").body
@@ -119,7 +121,45 @@ def test_text_blocks_are_joined_and_cached_tokens_count_as_input(
     messages_server.enqueue(Response(body=body))
     reply = complete(provider(messages_server))
     assert reply.text == "ab"
-    assert reply.usage.input_tokens == 10 + 7 + 3
+    # The API's meanings: input excludes what was read from or written to the cache.
+    assert reply.usage == Usage(10, 5, 7, 3)
+    assert reply.usage.total == 25
+
+
+def test_a_streamed_reply_keeps_the_cache_counts(messages_server: MessagesServer) -> None:
+    messages_server.streaming = True
+    messages_server.enqueue(text_reply("hi", input_tokens=4, cache_read=900, cache_write=60))
+    shown: list[str] = []
+    reply = complete(provider(messages_server), request(on_text=shown.append))
+    assert shown == ["hi"] and reply.usage == Usage(4, 5, 900, 60)
+
+
+def test_breakpoints_mark_tools_system_and_the_newest_message(
+    messages_server: MessagesServer,
+) -> None:
+    messages_server.enqueue(text_reply("done"), text_reply("done"))
+    spec = ToolSpec("a", "A.", {"type": "object"})
+    history = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "user", "content": [{"type": "text", "text": "second"}]},
+    ]
+    req = request(
+        system="S.", messages=history, tools=(spec, ToolSpec("b", "B.", spec.input_schema))
+    )
+    complete(provider(messages_server), req)
+    body = messages_server.requests[0].body
+    ephemeral = {"type": "ephemeral"}
+    assert [t.get("cache_control") for t in body["tools"]] == [None, ephemeral]
+    assert body["system"] == [{"type": "text", "text": "S.", "cache_control": ephemeral}]
+    assert body["messages"][:2] == history[:2]  # a string content stays a string
+    assert body["messages"][2]["content"] == [
+        {"type": "text", "text": "second", "cache_control": ephemeral}
+    ]
+    assert history[2]["content"] == [{"type": "text", "text": "second"}]  # not changed
+    # Off: the request is sent exactly as built.
+    complete(provider(messages_server), dataclasses.replace(req, cache=False))
+    assert "cache_control" not in json.dumps(messages_server.requests[1].body)
 
 
 def test_two_tool_use_blocks_become_tool_calls(messages_server: MessagesServer) -> None:
@@ -164,7 +204,7 @@ def test_request_body_carries_model_system_tools_and_tool_results(
         tools=(ToolSpec("read_file", "Read a file.", schema),),
         max_tokens=777,
     )
-    complete(provider(messages_server), req)
+    complete(provider(messages_server), dataclasses.replace(req, cache=False))
 
     (sent,) = messages_server.requests
     assert sent.path == "/v1/messages"

@@ -127,10 +127,17 @@ def test_child_lifecycle(agent_ws: Workspace, api_env: Any) -> None:
         "conversation_id": cid, "status": "idle", "success": True, "summary": "did X",
     }  # fmt: skip
     statuses = mail.select(agent_ws, "lead", sender=cid, kind="status")
-    assert sorted((json.loads(m.body) for m in statuses), key=lambda b: b["summary"]) == [
+    bodies = sorted((json.loads(m.body) for m in statuses), key=lambda b: b["summary"])
+    # The seed's three keys, and what each run cost (protocol/cost.md): one model call
+    # each, at the server's default usage; claude-test has no price.
+    assert [{k: b[k] for k in ("status", "success", "summary")} for b in bodies] == [
         {"status": "idle", "success": True, "summary": "did X"},
         {"status": "idle", "success": True, "summary": "did more"},
     ]
+    assert [b["usage"] for b in bodies] == [
+        {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 0,
+         "cache_creation_input_tokens": 0, "cost_usd": None},
+    ] * 2  # fmt: skip
 
     # 5. mail_send(uuid, "do more") continued the idle child, same id, full context.
     sent = json.loads(last_result(lead[3]))

@@ -67,7 +67,10 @@ def test_tree_text_and_top_frames(ws: Path, cli: Callable[..., Result]) -> None:
     text = cli("tree")
     assert text.code == 0
     lines = text.stdout.splitlines()
-    assert lines[0].split() == ["ID", "STATE", "AGENT", "MODEL", "TIME", "TOKENS", "LAST"]
+    assert lines[0].split() == [
+        "ID", "STATE", "AGENT", "MODEL", "TIME", "TOKENS", "COST", "SUBTREE", "LAST",
+    ]  # fmt: skip
+    assert lines[-1].startswith("total: ")
     line = next(ln for ln in lines if ln.startswith(ids["idle"]))
     assert "idle" in line and "helper" in line and line.endswith("Helper says hello.")
 

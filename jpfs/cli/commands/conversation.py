@@ -18,6 +18,23 @@ RootId = Annotated[
     typer.Option("--root-id", help="Refuse every id that is not a strict descendant of this one."),
 ]
 
+# A new conversation's budget: it and its descendants (jpfs.services.budgets).
+BudgetTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--budget-tokens",
+        min=1,
+        help="Most tokens the new conversation and its sub-agents may spend.",
+    ),
+]
+BudgetUsd = Annotated[
+    float | None,
+    typer.Option(
+        "--budget-usd",
+        help="Most USD the new conversation and its sub-agents may spend.",
+    ),
+]
+
 
 def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
     """The id to act on (the active one if omitted), checked against --root-id in the core."""
@@ -227,6 +244,9 @@ def show(
         out(target)
         return
     details = tree.info(Conversation(ws.conv_root, target)).to_json()
+    # What it spent: its own model calls, and with all its descendants' (jpfs.core.usage).
+    details["usage"] = ws.spending.of(target).to_json()
+    details["subtree_usage"] = ws.spending.subtree(target).to_json()
     if fmt == "json":
         out_json(details)
         return
@@ -234,6 +254,8 @@ def show(
 
 
 def _text(value: object) -> str:
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_text(v) or 'null'}" for k, v in value.items())
     if isinstance(value, bool):
         return "true" if value else "false"
     return "" if value is None else str(value)

@@ -58,12 +58,16 @@ def _author(e: Entry) -> str:
 
 def _note(e: Entry) -> str:
     """The subject's detail, then the model and the tokens of a model turn."""
+    from jpfs.core.usage import dollars
+
     parts = [e.note, e.trailers.get("Jpfs-Model", "")]
-    usage = dict(
-        item.partition("=")[::2] for item in e.trailers.get("Jpfs-Usage", "").split() if "=" in item
-    )
+    usage = e.usage
     if usage:
-        parts.append(f"{usage.get('input', '0')}+{usage.get('output', '0')} tokens")
+        tokens = f"{usage['input_tokens']}+{usage['output_tokens']} tokens"
+        cached = usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"]
+        if any(cached):
+            tokens += f" (cache read {cached[0]}, write {cached[1]})"
+        parts.append(f"{tokens} {dollars(usage['cost_usd'])}")
     machine = e.trailers.get("Jpfs-Machine", "")
     if machine:
         parts.append(f"on {machine}")  # several machines share the record (sync.md)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import RootId
+from jpfs.cli.commands.conversation import BudgetTokens, BudgetUsd, RootId
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
 
@@ -41,17 +41,26 @@ def fork(
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The child's task.")] = None,
     no_start: NoStart = False,
     root_id: RootId = None,
+    budget_tokens: BudgetTokens = None,
+    budget_usd: BudgetUsd = None,
 ) -> None:
     """Fork PARENT: a child with its conversation so far (+ PROMPT, then started); print its id.
 
     Without --prompt the child is created idle (when PARENT is idle); continue it with
-    `jpfs mail send` or `jpfs query --id`.
+    `jpfs mail send` or `jpfs query --id`. A budget is the child's and its descendants',
+    at most what PARENT has left.
     """
     from jpfs.services import control
 
     ws = state.ws()
     child = control.fork(
-        ws, resolve(ws, parent, root_id), prompt, start_run=not no_start, detached=True
+        ws,
+        resolve(ws, parent, root_id),
+        prompt,
+        start_run=not no_start,
+        detached=True,
+        budget_tokens=budget_tokens,
+        budget_usd=budget_usd,
     )
     out(child)
     note(f"forked {child}" + (" and started it" if prompt and not no_start else ""))

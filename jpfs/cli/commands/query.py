@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
-from jpfs.cli.commands.conversation import RootId
+from jpfs.cli.commands.conversation import BudgetTokens, BudgetUsd, RootId
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
 
@@ -46,6 +46,17 @@ def failed(result: Outcome) -> JpfsError:
 
     reason = next((ln.strip() for ln in result.text.splitlines() if ln.strip()), "")
     return JpfsError(f"{result.conversation} failed: {reason or 'the run failed'}")
+
+
+def spent_note(usage: Mapping[str, Any] | None) -> str:
+    """`` · N tokens, $X`` for a run's usage (the stderr line after the answer)."""
+    if not usage:
+        return ""
+    from jpfs.core.usage import COUNTS, dollars
+
+    tokens = sum(int(usage.get(k) or 0) for k in COUNTS)
+    cost = usage.get("cost_usd")
+    return f" · {tokens:,} tokens, {dollars(cost if isinstance(cost, int | float) else None)}"
 
 
 def preflight(runner: Runner, config: Mapping[str, Any]) -> None:
@@ -148,6 +159,8 @@ def query(
             show_default=False,
         ),
     ] = None,
+    budget_tokens: BudgetTokens = None,
+    budget_usd: BudgetUsd = None,
 ) -> None:
     """Ask an agent; print only its final answer on stdout.
 
@@ -169,6 +182,8 @@ def query(
                 ("--no-onboard", no_onboard),
                 ("--hidden", hidden),
                 ("--tmp", tmp is not None),
+                ("--budget-tokens", budget_tokens is not None),
+                ("--budget-usd", budget_usd is not None),
             )
             if on
         ]
@@ -190,6 +205,8 @@ def query(
         tmp=tmp,
         activate=not no_activate,
         onboard=False if no_onboard else None,
+        budget_tokens=budget_tokens,
+        budget_usd=budget_usd,
     )
     run = Asker(list(cfg or []), live)
     result = run(request)
@@ -212,7 +229,7 @@ def query(
         raise typer.Exit(4)
     if result.state is State.FAILED:
         raise failed(result)
-    note(f"conversation {result.conversation}")
+    note(f"conversation {result.conversation}" + spent_note(result.usage))
     if live is not None:
         live.finish(result.text)
     else:

@@ -32,7 +32,8 @@ def tree(
     include_hidden: All = False,
     root_id: RootId = None,
 ) -> None:
-    """The conversation tree: state, agent, model, time, tokens and last line of each."""
+    """The conversation tree: state, agent, model, time, tokens, cost (its own, and its
+    subtree's on rows with sub-conversations) and last line of each."""
     show(conv_id, root_id, fmt, watch or count > 1, interval, count, include_hidden)
 
 
@@ -90,10 +91,12 @@ def show(
 
 def render(rows: list[Row], header: str = "") -> str:
     """The tree as a table (ID indented by depth), under ``header`` if given."""
+    from jpfs.core.usage import dollars
     from jpfs.services.status_view import duration, tokens_text
 
+    parents = {r.id.rsplit("/", 1)[0] for r in rows if "/" in r.id}
     text = table(
-        ("id", "state", "agent", "model", "time", "tokens", "last"),
+        ("id", "state", "agent", "model", "time", "tokens", "cost", "subtree", "last"),
         [
             (
                 "  " * row.depth + row.id.rsplit("/", 1)[-1],
@@ -102,6 +105,9 @@ def render(rows: list[Row], header: str = "") -> str:
                 row.model,
                 duration(row.elapsed),
                 tokens_text(row.tokens),
+                dollars(row.cost_usd) if row.tokens else "-",
+                # A subtree's total, on the rows that have sub-conversations shown.
+                dollars(row.subtree_cost_usd) if row.id in parents else "",
                 row.last,
             )
             for row in rows
@@ -109,6 +115,12 @@ def render(rows: list[Row], header: str = "") -> str:
     )
     if not rows:
         text += "(no conversations)\n"
+    else:
+        top = [r for r in rows if r.depth == 0]
+        tokens = sum(r.subtree_tokens for r in top)
+        costs = [r.subtree_cost_usd for r in top]
+        cost = None if None in costs else sum(c for c in costs if c is not None)
+        text += f"total: {tokens_text(tokens)} tokens, {dollars(cost)}\n"
     return (header + "\n" if header else "") + text
 
 

@@ -263,7 +263,48 @@ def _request_params(request: Request) -> JsonDict:
             {"name": t.name, "description": t.description, "input_schema": t.input_schema}
             for t in request.tools
         ]
+    if request.cache:
+        mark_for_cache(params)
     return params
+
+
+_EPHEMERAL: JsonDict = {"type": "ephemeral"}
+
+
+def mark_for_cache(params: JsonDict) -> None:
+    """Put prompt-caching breakpoints on ``params``: the last tool, the system prompt and
+    the newest message's last block (3 of the API's 4).
+
+    The API caches the prompt up to each breakpoint, in its order tools, system,
+    messages. The fixed part is marked on its own so that it is read from cache even
+    when the conversation differs (onboarding rounds, siblings of one profile); the
+    newest message is marked so that the next call of a tool loop, whose prompt is this
+    one plus a turn, reads all of this one from cache (the API looks for an earlier
+    cached prefix up to 20 blocks back from a breakpoint). A fork, whose transcript
+    begins with its parent's, reads that shared part from the parent's cache. The
+    request's own messages are left as they are: the blocks marked are copies.
+    """
+    tools = params.get("tools")
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": _EPHEMERAL}
+    system = params.get("system")
+    if isinstance(system, str) and system:
+        params["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+    messages = params.get("messages") or []
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            content = [{"type": "text", "text": content}]
+        if not isinstance(content, list) or not content:
+            continue
+        last = content[-1]
+        if not isinstance(last, dict) or (last.get("type") == "text" and not last.get("text")):
+            continue  # an empty text block cannot carry a breakpoint
+        marked = [*content[:-1], {**last, "cache_control": _EPHEMERAL}]
+        messages = [*messages[:index], {**message, "content": marked}, *messages[index + 1 :]]
+        params["messages"] = messages
+        return
 
 
 def _classify(exc: BaseException) -> _Failure:

@@ -121,11 +121,12 @@ def reply_from(data: object, status: int) -> Reply:
         text="".join(texts),
         tool_calls=tuple(calls),
         usage=Usage(
-            # Cached prompt tokens were still read by the model; count them as input.
-            input_tokens=_int(usage.get("input_tokens"))
-            + _int(usage.get("cache_creation_input_tokens"))
-            + _int(usage.get("cache_read_input_tokens")),
+            # As the API counts them: input excludes what was read from or written to
+            # the cache, which are priced apart.
+            input_tokens=_int(usage.get("input_tokens")),
             output_tokens=_int(usage.get("output_tokens")),
+            cache_read_input_tokens=_int(usage.get("cache_read_input_tokens")),
+            cache_creation_input_tokens=_int(usage.get("cache_creation_input_tokens")),
         ),
         model=str(data.get("model") or ""),
         stop_reason=str(data.get("stop_reason") or "end_turn"),

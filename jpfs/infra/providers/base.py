@@ -31,16 +31,40 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Usage:
+    """What one model call consumed, with the Messages API's meanings: ``input_tokens``
+    excludes the prompt tokens read from or written to the cache, which are counted
+    apart (a cache read costs a tenth of fresh input, a cache write a quarter more)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
         )
 
-    def trailer(self) -> str:
-        return f"input={self.input_tokens} output={self.output_tokens}"
+    @property
+    def total(self) -> int:
+        """Every token the call processed: the four counts summed (what budgets count)."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_input_tokens
+            + self.cache_creation_input_tokens
+        )
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+        }
 
 
 @dataclass(frozen=True)
@@ -51,6 +75,9 @@ class Request:
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int = 4096
     timeout: float = 600.0
+    # Mark the prompt for caching (a provider that caches puts its breakpoints on the
+    # fixed part and on the newest message); the profile's ``prompt_cache``.
+    cache: bool = True
     # Free-form hints for scripted providers (e.g. "onboarding" or "work"); real
     # providers ignore it.
     phase: str = "work"

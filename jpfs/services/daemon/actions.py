@@ -175,7 +175,7 @@ class DaemonRunner(Runner):
             raise Cancelled(f"run of {conv.id} stopped by the daemon")
         self.provider_calls += 1
         reply = super().complete(conv, request)
-        self.tokens += reply.usage.input_tokens + reply.usage.output_tokens
+        self.tokens += reply.usage.total
         return reply
 
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:

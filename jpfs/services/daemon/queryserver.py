@@ -48,12 +48,26 @@ SCHEMA: dict[str, Any] = {
         "tmp": _STRING_OR_NULL,
         "activate": {"type": "boolean"},
         "onboard": {"enum": [False, None]},
+        "budget_tokens": {"type": ["integer", "null"], "minimum": 1},
+        "budget_usd": {"type": ["number", "null"], "exclusiveMinimum": 0},
         "stream": {"type": "boolean"},
         "cfg": {"type": "array", "items": {"type": "string"}},
         "env": {"type": "string"},
     },
 }
-_FIELDS = ("text", "conv_id", "new", "agent", "root_id", "hidden", "tmp", "activate", "onboard")
+_FIELDS = (
+    "text",
+    "conv_id",
+    "new",
+    "agent",
+    "root_id",
+    "hidden",
+    "tmp",
+    "activate",
+    "onboard",
+    "budget_tokens",
+    "budget_usd",
+)
 
 
 class BadRequest(JpfsError):
@@ -316,5 +330,5 @@ class QueryServer:
             return
         conn.send(
             {"type": "result", "conversation": outcome.conversation,
-             "state": outcome.state.value, "text": outcome.text}
+             "state": outcome.state.value, "text": outcome.text, "usage": outcome.usage}
         )  # fmt: skip

@@ -1,0 +1,71 @@
+"""``jpfs cost``: what a subtree's model calls spent, by conversation or by model."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from jpfs.cli.commands.conversation import RootId
+from jpfs.cli.context import Format, note, out_json, out_table, state
+
+
+def cost(
+    conv_id: Annotated[
+        str | None, typer.Argument(metavar="[ID]", help="Only ID and its descendants.")
+    ] = None,
+    by: Annotated[
+        str, typer.Option("--by", help="Sum per 'conversation' or per 'model'.")
+    ] = "conversation",
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Calls from this time: ISO date/time or a duration ago (2h)."),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", help="Calls before this time (same forms as --since)."),
+    ] = None,
+    fmt: Format = "text",
+    root_id: RootId = None,
+) -> None:
+    """Tokens and dollars spent by model calls (the whole record without ID): the four
+    usage counts and cost_usd per conversation or per model, and their total."""
+    from jpfs.core import scope
+    from jpfs.core.usage import dollars
+    from jpfs.services import costs
+
+    ws = state.ws()
+    under = conv_id
+    if root_id is not None:
+        root_id = scope.resolve(ws.conv_root, root_id)
+        under = scope.resolve(ws.conv_root, conv_id, within=root_id) if conv_id else root_id
+    elif conv_id is not None:
+        under = scope.resolve(ws.conv_root, conv_id)
+    result = costs.report(ws, under, by=by, since=since, until=until)
+    if fmt == "json":
+        out_json(result.to_json())
+        return
+    rows = [(key, spend) for key, spend in result.rows]
+    out_table(
+        (by, "calls", "input", "output", "cache-read", "cache-write", "cost"),
+        [
+            (
+                key,
+                str(s.calls),
+                str(s.input_tokens),
+                str(s.output_tokens),
+                str(s.cache_read_input_tokens),
+                str(s.cache_creation_input_tokens),
+                dollars(s.cost),
+            )
+            for key, s in [*rows, ("total", result.total)]
+        ],
+    )
+    if result.total.unpriced:
+        note(result.total.to_json()["cost_note"])
+    if result.skipped:
+        note(f"{len(result.skipped)} call(s) without a time left out of the range")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("cost")(cost)

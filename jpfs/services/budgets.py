@@ -1,0 +1,148 @@
+"""Budgets: the most a conversation and all its descendants may spend.
+
+    [limits]
+    budget_tokens = 200000    # the four usage counts summed, over the subtree
+    budget_usd = 0.50         # cost_usd summed over the subtree (jpfs.core.prices)
+
+A conversation's budget comes from its ``[config]`` snapshot: its profile's, or a
+smaller one its caller gave it (``jp_query`` / ``fork`` / ``jpfs query`` options),
+never a larger one than the caller has left. Before every model call a run checks its
+own conversation and every ancestor that has a budget (:func:`check`); a budget
+spent stops the run with a :class:`~jpfs.errors.BudgetError` naming the budget, the
+conversation that holds it and the figures. The spending is read from the record
+(:mod:`jpfs.core.usage`), so a budget holds across processes, restarts and machines
+that share the record. A call may overshoot by its own size: the check is before it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jpfs.core import ids, prices
+from jpfs.core.conversation import Conversation
+from jpfs.core.usage import Spend, dollars
+from jpfs.core.workspace import Workspace
+from jpfs.errors import BudgetError, FormatError, LimitError
+
+KEYS = ("budget_tokens", "budget_usd")
+
+
+@dataclass(frozen=True)
+class Budget:
+    holder: str  # the conversation whose subtree it bounds
+    tokens: int | None
+    usd: float | None
+
+
+def of(config: Mapping[str, Any]) -> tuple[int | None, float | None]:
+    limits = config.get("limits") if isinstance(config, Mapping) else None
+    if not isinstance(limits, Mapping):
+        return None, None
+    tokens, usd = limits.get("budget_tokens"), limits.get("budget_usd")
+    return (
+        tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
+        float(usd) if isinstance(usd, int | float) and not isinstance(usd, bool) else None,
+    )
+
+
+def applying(ws: Workspace, conv: Conversation) -> list[Budget]:
+    """The budgets that bound ``conv``: its own and its ancestors', nearest first."""
+    out = []
+    for holder in [conv.id, *ids.ancestors(conv.id)]:
+        handle = conv if holder == conv.id else Conversation(ws.conv_root, holder)
+        try:
+            tokens, usd = of(handle.config)
+        except FormatError:
+            continue  # an ancestor's broken conversation.toml is its own problem
+        if tokens is not None or usd is not None:
+            out.append(Budget(holder, tokens, usd))
+    return out
+
+
+def check(ws: Workspace, conv: Conversation, model: str) -> None:
+    """Refuse the next model call of ``conv`` (on ``model``) if a budget is spent."""
+    for budget in applying(ws, conv):
+        spent = ws.spending.subtree(budget.holder)
+        whose = _whose(budget.holder, conv.id)
+        if budget.tokens is not None and spent.tokens >= budget.tokens:
+            raise BudgetError(
+                f"budget spent: {whose} used {spent.tokens:,} tokens of budget_tokens ="
+                f" {budget.tokens:,} ({spent.text()}); no further model call"
+            )
+        if budget.usd is None:
+            continue
+        if spent.unpriced or prices.price_of(model, ws.spending.table) is None:
+            missing = sorted(spent.unpriced) or [model]
+            raise BudgetError(
+                f"budget_usd = {budget.usd:g} cannot be kept: {prices.no_price(missing[0])}"
+            )
+        if spent.cost_usd >= budget.usd:
+            raise BudgetError(
+                f"budget spent: {whose} cost {dollars(spent.cost_usd)} of budget_usd ="
+                f" {budget.usd:g} ({spent.text()}); no further model call"
+            )
+
+
+def _whose(holder: str, conv_id: str) -> str:
+    if holder == conv_id:
+        return f"{conv_id} (with its descendants)"
+    return f"{holder} (whose subtree holds {conv_id})"
+
+
+def left(ws: Workspace, conv: Conversation) -> tuple[int | None, float | None]:
+    """What ``conv`` may still spend under every budget that bounds it (None: no bound)."""
+    tokens: int | None = None
+    usd: float | None = None
+    for budget in applying(ws, conv):
+        spent = ws.spending.subtree(budget.holder)
+        if budget.tokens is not None:
+            room = max(budget.tokens - spent.tokens, 0)
+            tokens = room if tokens is None else min(tokens, room)
+        if budget.usd is not None:
+            room_usd = max(budget.usd - spent.cost_usd, 0.0)
+            usd = room_usd if usd is None else min(usd, room_usd)
+    return tokens, usd
+
+
+def for_child(
+    ws: Workspace,
+    caller: Conversation | None,
+    config: dict[str, Any],
+    tokens: int | None = None,
+    usd: float | None = None,
+) -> dict[str, Any]:
+    """``config`` (a new child's) with the budget its caller gives it: at most the
+    child's profile allows, and never more than the caller has left."""
+    if tokens is None and usd is None:
+        return config
+    if tokens is not None and (isinstance(tokens, bool) or tokens <= 0):
+        raise LimitError(f"budget_tokens must be a whole number > 0, got {tokens!r}")
+    if usd is not None and (isinstance(usd, bool) or not math.isfinite(usd) or usd <= 0):
+        raise LimitError(f"budget_usd must be a number > 0, got {usd!r}")
+    if caller is not None:
+        room_tokens, room_usd = left(ws, caller)
+        if tokens is not None and room_tokens is not None and tokens > room_tokens:
+            raise LimitError(
+                f"budget_tokens = {tokens:,} is more than {caller.id} has left"
+                f" ({room_tokens:,} tokens)"
+            )
+        if usd is not None and room_usd is not None and usd > room_usd + 1e-9:
+            raise LimitError(
+                f"budget_usd = {usd:g} is more than {caller.id} has left ({dollars(room_usd)})"
+            )
+    limits = dict(config.get("limits") or {})
+    for key, given in (("budget_tokens", tokens), ("budget_usd", usd)):
+        if given is None:
+            continue
+        own = limits.get(key)
+        limits[key] = given if own is None else min(own, given)
+    return {**config, "limits": limits}
+
+
+def run_usage(before: Spend, after: Spend) -> dict[str, Any]:
+    """A run's spending as JSON, for the status mail: the five keys, no note (an agent
+    reads it, and pays for every word)."""
+    return after.since(before).to_json(explain=False)
