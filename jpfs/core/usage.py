@@ -15,23 +15,19 @@ N events were copied, and they are not counted again.
 
 Because the spending is in the files of the record, every process and every machine
 sharing the record reads the same sums; that is what makes a budget hold across them.
-:class:`Book` keeps what it read per conversation and reads only new event files on
-each look (event files are never rewritten), so a budget checked before every model
-call costs a few ``stat`` calls per conversation of the subtree.
+:mod:`jpfs.core.ledger` keeps the sums per conversation and per subtree.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import threading
+import math
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from jpfs.core import frontmatter, prices, tree
+from jpfs.core import frontmatter, prices
 from jpfs.core.conversation import Conversation
 from jpfs.errors import FormatError
 from jpfs.infra.providers.base import Usage
@@ -45,11 +41,23 @@ COUNTS = (
 )
 
 
+Unpriced = tuple[tuple[str, int], ...]  # (model, calls) of calls with no price, sorted
+
+
+def _combine(a: Unpriced, b: Unpriced, sign: int = 1) -> Unpriced:
+    counts = dict(a)
+    for model, calls in b:
+        counts[model] = counts.get(model, 0) + sign * calls
+    # Negative counts stay: a difference (what a removal takes away) must add back exactly.
+    return tuple(sorted((m, c) for m, c in counts.items() if c != 0))
+
+
 @dataclass(frozen=True)
 class Spend:
     """Usage summed over calls, and their cost. ``cost_usd`` sums the priced calls;
-    ``unpriced`` names the models of calls that had no price (then the total cost is
-    unknown, and :meth:`to_json` says ``null`` and why)."""
+    ``unpriced`` counts the calls per model that had no price (then the total cost is
+    unknown, and :meth:`to_json` says ``null`` and why). Sums subtract exactly
+    (:meth:`since`), so a running total can be kept by adding and removing parts."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -57,8 +65,7 @@ class Spend:
     cache_creation_input_tokens: int = 0
     cost_usd: float = 0.0
     calls: int = 0
-    unpriced: frozenset[str] = frozenset()
-    unpriced_calls: int = 0
+    unpriced: Unpriced = ()
 
     @property
     def tokens(self) -> int:
@@ -71,33 +78,29 @@ class Spend:
         )
 
     @property
+    def unpriced_models(self) -> list[str]:
+        return [model for model, calls in self.unpriced if calls > 0]
+
+    @property
     def cost(self) -> float | None:
-        return None if self.unpriced else self.cost_usd
+        return None if self.unpriced_models else self.cost_usd
 
     def __add__(self, other: Spend) -> Spend:
-        return Spend(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_input_tokens + other.cache_read_input_tokens,
-            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
-            round(self.cost_usd + other.cost_usd, 6),
-            self.calls + other.calls,
-            self.unpriced | other.unpriced,
-            self.unpriced_calls + other.unpriced_calls,
-        )
+        return self._with(other, 1)
 
     def since(self, before: Spend) -> Spend:
         """What was spent after ``before`` was read (a run's own spending)."""
+        return self._with(before, -1)
+
+    def _with(self, other: Spend, sign: int) -> Spend:
         return Spend(
-            self.input_tokens - before.input_tokens,
-            self.output_tokens - before.output_tokens,
-            self.cache_read_input_tokens - before.cache_read_input_tokens,
-            self.cache_creation_input_tokens - before.cache_creation_input_tokens,
-            round(self.cost_usd - before.cost_usd, 6),
-            self.calls - before.calls,
-            # Which models of the calls since: those of all calls, if any was unpriced.
-            self.unpriced if self.unpriced_calls > before.unpriced_calls else frozenset(),
-            self.unpriced_calls - before.unpriced_calls,
+            self.input_tokens + sign * other.input_tokens,
+            self.output_tokens + sign * other.output_tokens,
+            self.cache_read_input_tokens + sign * other.cache_read_input_tokens,
+            self.cache_creation_input_tokens + sign * other.cache_creation_input_tokens,
+            round(self.cost_usd + sign * other.cost_usd, 6),
+            self.calls + sign * other.calls,
+            _combine(self.unpriced, other.unpriced, sign),
         )
 
     def to_json(self, *, explain: bool = True) -> dict[str, Any]:
@@ -111,17 +114,16 @@ class Spend:
             "cost_usd": self.cost,
         }
         if explain:
-            unpriced = sorted(self.unpriced)
-            out["cost_note"] = prices.no_price(unpriced[0]) if unpriced else None
+            models = self.unpriced_models
+            out["cost_note"] = prices.no_price(models[0]) if models else None
         return out
 
     def text(self) -> str:
         """One line for people: tokens and dollars."""
-        cost = "$?" if self.unpriced else dollars(self.cost_usd)
         return (
             f"{self.tokens} tokens (input {self.input_tokens}, output {self.output_tokens},"
             f" cache read {self.cache_read_input_tokens}, cache write"
-            f" {self.cache_creation_input_tokens}), {cost}"
+            f" {self.cache_creation_input_tokens}), {dollars(self.cost)}"
         )
 
 
@@ -154,12 +156,12 @@ class Call:
 def _spend(data: Mapping[str, Any], model: str, table: Mapping[str, prices.Price]) -> Spend:
     counts = [_count(data.get(k)) for k in COUNTS]
     cost = data.get("cost_usd")
-    unpriced: frozenset[str] = frozenset()
-    if isinstance(cost, bool) or not isinstance(cost, int | float):
+    unpriced: Unpriced = ()
+    if isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < math.inf:
         # Recorded before costs were kept, or with no price then: priced now if it can be.
         cost = prices.cost_of(Usage(*counts), model, table)
         if cost is None:
-            cost, unpriced = 0.0, frozenset({model or "(unnamed model)"})
+            cost, unpriced = 0.0, ((model or "(unnamed model)", 1),)
     return Spend(
         input_tokens=counts[0],
         output_tokens=counts[1],
@@ -168,7 +170,6 @@ def _spend(data: Mapping[str, Any], model: str, table: Mapping[str, prices.Price
         cost_usd=float(cost),
         calls=1,
         unpriced=unpriced,
-        unpriced_calls=1 if unpriced else 0,
     )
 
 
@@ -243,82 +244,3 @@ def append_call(
     block = tomlkit.dumps({"call": [entry]})
     old = conv.read(LEDGER) or "# Model calls of this conversation that are not events (jpfs).\n"
     conv.write(LEDGER, old.rstrip("\n") + "\n\n" + block)
-
-
-@dataclass
-class _Seen:
-    """What a :class:`Book` has read of one conversation."""
-
-    handle: Conversation
-    skip: int  # events copied from a fork's source
-    seq: int = 0  # the last event counted
-    events: Spend = field(default_factory=Spend)
-    ledger_stamp: tuple[int, int, int] | None = None
-    ledger: Spend = field(default_factory=Spend)
-
-
-class Book:
-    """Spending per conversation, kept between looks (one per process or view);
-    thread-safe: the runs of a daemon share one."""
-
-    def __init__(self, conv_root: Path, table: Mapping[str, prices.Price]) -> None:
-        self.conv_root = conv_root
-        self.table = table
-        self._seen: dict[str, _Seen] = {}
-        self._lock = threading.RLock()
-
-    def of(self, conv_id: str) -> Spend:
-        """What ``conv_id`` itself spent (its own calls, not its descendants')."""
-        with self._lock:
-            return self._of(conv_id)
-
-    def _of(self, conv_id: str) -> Spend:
-        seen = self._seen.get(conv_id)
-        if seen is None:
-            seen = self._start(conv_id)
-        names = seen.handle.event_names()
-        if (names and names[-1][0] < seen.seq) or (not names and seen.seq):
-            seen = self._start(conv_id)  # removed and made again, or renumbered
-        for seq, role, name in names:
-            if seq <= seen.seq:
-                continue
-            if role == "assistant" and seq > seen.skip:
-                call = event_call(seen.handle, seq, name, self.table)
-                if call is None and seq == names[-1][0]:
-                    break  # the newest, maybe half-written: read again next time
-                if call is not None:
-                    seen.events = seen.events + call.spend
-            seen.seq = seq
-        stamp = _stamp(seen.handle.path / LEDGER)
-        if stamp != seen.ledger_stamp:
-            total = Spend()
-            for call in ledger_calls(seen.handle, self.table):
-                total = total + call.spend
-            seen.ledger, seen.ledger_stamp = total, stamp
-        return seen.events + seen.ledger
-
-    def subtree(self, conv_id: str) -> Spend:
-        """What ``conv_id`` and all its descendants spent."""
-        with self._lock:
-            total = self._of(conv_id)
-            for child in tree.walk(self.conv_root, conv_id):
-                total = total + self._of(child)
-            return total
-
-    def _start(self, conv_id: str) -> _Seen:
-        handle = Conversation(self.conv_root, conv_id)
-        try:
-            skip = inherited(handle.meta())
-        except FormatError:
-            skip = 0
-        seen = _Seen(handle, skip)
-        self._seen[conv_id] = seen
-        return seen
-
-
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -18,8 +18,8 @@ from jpfs.core import config as config_mod
 from jpfs.errors import ScopeError, WorkspaceError
 
 if TYPE_CHECKING:
+    from jpfs.core.ledger import Book
     from jpfs.core.prices import Price
-    from jpfs.core.usage import Book
     from jpfs.infra.committer import Change, Committer
 
 JPFS_DIR = ".jpfs"
@@ -96,11 +96,11 @@ class Workspace:
 
     @functools.cached_property
     def spending(self) -> Book:
-        """What conversations spent, read from the record and kept between looks
-        (:mod:`jpfs.core.usage`): one book per workspace object, shared by its runs."""
-        from jpfs.core import usage
+        """What conversations and subtrees spent, read from the record and kept up to
+        date (:mod:`jpfs.core.ledger`): one book per workspace object, shared by its runs."""
+        from jpfs.core.ledger import Book
 
-        return usage.Book(self.conv_root, self.prices)
+        return Book(self.conv_root, self.prices, self.local_dir / "usage.bin")
 
     @functools.cached_property
     def prices(self) -> dict[str, Price]:

@@ -74,8 +74,8 @@ def check(ws: Workspace, conv: Conversation, model: str) -> None:
             )
         if budget.usd is None:
             continue
-        if spent.unpriced or prices.price_of(model, ws.spending.table) is None:
-            missing = sorted(spent.unpriced) or [model]
+        if spent.unpriced_models or prices.price_of(model, ws.spending.table) is None:
+            missing = spent.unpriced_models or [model]
             raise BudgetError(
                 f"budget_usd = {budget.usd:g} cannot be kept: {prices.no_price(missing[0])}"
             )

@@ -486,3 +486,79 @@ def test_a_snapshot_may_not_drop_its_profiles_budget(
     assert result.code == 1
     assert "limits.budget_tokens = no limit (the profile allows 3000)" in result.stderr
     assert api_env.requests == []
+
+
+# -- through MCP and the daemon ---------------------------------------------------------------
+
+
+def test_mcp_jp_query_carries_the_runs_usage_and_a_budget_error(
+    ws: Path, api_env: MessagesServer, tmp_path: Path
+) -> None:
+    import anyio
+
+    from tests.adapters.test_mcp import serve
+
+    setup(ws, child=CHILD)
+    api_env.responder = (
+        Router()
+        .on_last_user("answer once", text_reply("once", input_tokens=1000, output_tokens=100))
+        .on_last_user("loop", lambda request: tool_use_reply(
+            ("jp_conversation_list", {}), input_tokens=1000, output_tokens=100))
+        .when(lambda request: True, lambda request: tool_use_reply(
+            ("jp_conversation_list", {}), input_tokens=1000, output_tokens=100))
+    )  # fmt: skip
+
+    async def scenario() -> None:
+        async with serve(ws, tmp_path / "err.log", "--agent", "child") as session:
+            done = await session.call_tool("jp_query", {"config": "child", "query": "answer once"})
+            assert not done.is_error
+            assert done.meta is not None
+            assert done.meta["jpfs/usage"] == {
+                "input_tokens": 1000, "output_tokens": 100, "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": 0, "cost_usd": 0.0045, "cost_note": None,
+            }  # fmt: skip
+            stopped = await session.call_tool(
+                "jp_query", {"config": "child", "query": "loop", "budget_tokens": 2000}
+            )
+            text = "".join(getattr(c, "text", "") for c in stopped.content)
+            assert stopped.is_error and "budget spent" in text and text.startswith("<error ")
+            assert stopped.meta is not None and stopped.meta["jpfs/usage"]["input_tokens"] == 2000
+
+    anyio.run(scenario)
+
+
+def test_the_daemon_stops_a_runaway_and_serves_everyone_else(
+    ws: Path, api_env: MessagesServer
+) -> None:
+    from tests.conftest import jpfs_subprocess, running_daemon, wait_until
+
+    setup(ws, child=CHILD.replace("max_turns = 40", "max_turns = 40\nbudget_tokens = 3000"))
+    from jpfs.core.config import set_in_file
+
+    set_in_file(ws / ".jpfs" / "config.toml", "conversations.default_agent", '"child"')
+    git(ws, "commit", "-qam", "default agent")
+    api_env.responder = (
+        Router()
+        .when(lambda request: "runaway" in json.dumps(request["messages"][0]),
+              lambda request: tool_use_reply(
+                  ("jp_conversation_list", {}), input_tokens=1000, output_tokens=100))
+        .when(lambda request: True, lambda request: text_reply("fine", input_tokens=10))
+    )  # fmt: skip
+    with running_daemon(ws):
+        for name, task in (("runaway", "runaway"), ("calm", "be calm"), ("calm2", "be calm")):
+            (ws / "conversations" / name).mkdir()
+            (ws / "conversations" / name / "task.md").write_text(task + "\n", encoding="utf-8")
+
+        def settled() -> bool:
+            runaway = events(ws, "runaway")
+            return bool(
+                runaway and runaway[-1].role == "error"
+                and all((ws / "conversations" / c / "result.md").exists() for c in ("calm", "calm2"))
+            )  # fmt: skip
+
+        wait_until(settled, timeout=60, message="the runaway stopped and the others answered")
+        assert "budget_tokens = 3,000" in events(ws, "runaway")[-1].body
+        runaway_calls = [r for r in api_env.bodies if "runaway" in json.dumps(r["messages"][0])]
+        assert len(runaway_calls) == 3
+        status = jpfs_subprocess("daemon", "status", "--format", "json", cwd=ws)
+        assert json.loads(status.stdout)["running"] is True

@@ -61,7 +61,7 @@ def cost(
             for key, s in [*rows, ("total", result.total)]
         ],
     )
-    if result.total.unpriced:
+    if result.total.unpriced_models:
         note(result.total.to_json()["cost_note"])
     if result.skipped:
         note(f"{len(result.skipped)} call(s) without a time left out of the range")
