@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -41,9 +40,6 @@ def slow_agent(turn: float) -> str:
     return ZERO_AGENT.replace('text = "ok"', f'text = "ok"\ndelay = {turn}')
 
 
-_CONV_RE = re.compile(r"you are conversation `([^`]+)`")
-
-
 # -- a Messages API that records when each conversation's first request arrives --------
 
 
@@ -74,11 +70,9 @@ def messages_api(arrivals: Arrivals) -> Iterator[str]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            system = body.get("system") or ""
-            text = system if isinstance(system, str) else json.dumps(system)
-            m = _CONV_RE.search(text)
-            if m:
-                arrivals.record(m.group(1))
+            conversation = self.headers.get("x-jpfs-conversation")  # jpfs names it there
+            if conversation:
+                arrivals.record(conversation)
             reply = json.dumps(
                 {
                     "id": "msg_bench", "type": "message", "role": "assistant",

@@ -14,6 +14,10 @@ children sharing one server). Every request is recorded with its JSON body and h
 ``tests/conftest.py`` makes the fixture available everywhere with
 ``from tests.messages_server import messages_server``.
 
+The conversation a request is for, from jpfs's ``x-jpfs-conversation`` header, is in
+the parsed body under ``_conversation`` (:func:`conversation_of`), for responders that
+answer a parent and its children differently.
+
 Order of answers: the queue first, then the responder; with neither, a 400
 ``invalid_request_error`` naming the problem (400 is never retried, so a test that
 forgot to script a reply fails at once with a readable message).
@@ -41,6 +45,9 @@ import pytest
 JsonDict = dict[str, Any]
 
 DEFAULT_MODEL = "claude-test"
+# The conversation a request is for (jpfs sends it as the x-jpfs-conversation header,
+# outside the prompt): put in the body that responders see and the server records.
+CONVERSATION_KEY = "_conversation"
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -342,6 +349,13 @@ def content_text(content: Any) -> str:
     return _block_text(content)
 
 
+def conversation_of(request: JsonDict) -> str:
+    """The conversation a request was made for (jpfs names it in a header)."""
+    found = request.get(CONVERSATION_KEY)
+    assert isinstance(found, str) and found, f"no {CONVERSATION_KEY} in the request"
+    return found
+
+
 def system_text(request: JsonDict) -> str:
     return content_text(request.get("system", ""))
 
@@ -539,6 +553,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             parsed = json.loads(raw)
         except ValueError:
             parsed = None
+        conversation = self.headers.get("x-jpfs-conversation")
+        if isinstance(parsed, dict) and conversation:
+            parsed[CONVERSATION_KEY] = conversation
         recorded = RecordedRequest(
             method="POST",
             path=self.path,

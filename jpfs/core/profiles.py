@@ -220,9 +220,11 @@ def admit(snapshot: Mapping[str, Any], profile: Profile) -> dict[str, Any]:
     return config
 
 
-def system_prompt(config: Mapping[str, Any], conv_id: str) -> str:
+def system_prompt(config: Mapping[str, Any]) -> str:
+    """The profile's sections, and what jpfs tells every agent. Nothing in it names the
+    conversation: the prompt is the same for every conversation of a profile, so that a
+    fork (whose transcript begins with its source's) and siblings read the same cached
+    prefix (protocol/cost.md). A conversation's id travels as a request header."""
     sections = [str(s).strip() for s in (config.get("system") or {}).values() if str(s).strip()]
-    sections.append(
-        f"(jpfs: you are conversation `{conv_id}`; your final reply is returned to your caller.)"
-    )
+    sections.append("(jpfs: your final reply is returned to your caller.)")
     return "\n\n".join(sections)

@@ -9,18 +9,21 @@ error with a one-line reason. Any other exception is a bug.
 
 from __future__ import annotations
 
+import logging
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jpfs.errors import ToolError
+from jpfs.errors import Cancelled, JpfsError, ToolError, ToolFailure
 
 if TYPE_CHECKING:
     from jpfs.infra.providers.base import ToolSpec
 
 JsonDict = dict[str, Any]
+log = logging.getLogger("jpfs.services.runtime")  # where tool crashes were always logged
 
 
 @dataclass
@@ -124,3 +127,26 @@ def use_toolbox(toolbox: Toolbox) -> None:
 
 def installed_toolbox() -> Toolbox | None:
     return _toolbox[0] if _toolbox else None
+
+
+def call_tool(
+    tools: Mapping[str, Tool], ctx: ToolContext, call: Mapping[str, Any]
+) -> tuple[str, bool]:
+    """Run one tool call: its result text, and whether it is an error. Every failure is
+    a result the model can read (a refused call, a failed sub-agent, a bug: logged);
+    only a cancellation propagates."""
+    tool = tools.get(str(call["name"]))
+    if tool is None:
+        return f"unknown tool {call['name']!r}: this agent has no such tool", True
+    try:
+        args = check_arguments(tool, call.get("input") or {})
+        return tool.run(ctx, args), False
+    except Cancelled:
+        raise
+    except ToolFailure as exc:
+        return exc.result, True
+    except JpfsError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__, True
+    except Exception:
+        log.error("tool %s crashed:\n%s", call["name"], traceback.format_exc())
+        return f"internal error in tool {call['name']} (logged)", True

@@ -16,16 +16,23 @@ that share the record. A call may overshoot by its own size: the check is before
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from jpfs.core import ids, prices
 from jpfs.core.conversation import Conversation
 from jpfs.core.usage import Spend, dollars
 from jpfs.core.workspace import Workspace
-from jpfs.errors import BudgetError, FormatError, LimitError
+from jpfs.errors import BudgetError, Cancelled, FormatError, LimitError
+from jpfs.services import runs
+
+if TYPE_CHECKING:
+    from jpfs.infra.providers.base import Reply
 
 KEYS = ("budget_tokens", "budget_usd")
 
@@ -142,7 +149,61 @@ def for_child(
     return {**config, "limits": limits}
 
 
-def run_usage(before: Spend, after: Spend) -> dict[str, Any]:
-    """A run's spending as JSON, for the status mail: the five keys, no note (an agent
-    reads it, and pays for every word)."""
-    return after.since(before).to_json(explain=False)
+@dataclass
+class RunLimits:
+    """What the runs of one runner may still spend: each run's clock
+    (``limits.max_run_seconds``) and what its subtree had spent when it began."""
+
+    ws: Workspace
+    _clocks: dict[str, tuple[float, float]] = field(default_factory=dict)  # deadline, limit
+    _before: dict[str, Spend] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def running(self, conv: Conversation) -> Iterator[None]:
+        """Around one run of ``conv``: its clock starts, and its spending is counted."""
+        self._before[conv.id] = self.ws.spending.subtree(conv.id)
+        limit = conv.config.get("limits", {}).get("max_run_seconds") if conv.config else None
+        if isinstance(limit, int | float) and not isinstance(limit, bool):
+            self._clocks[conv.id] = (time.monotonic() + float(limit), float(limit))
+        try:
+            yield
+        finally:
+            self._clocks.pop(conv.id, None)
+            self._before.pop(conv.id, None)
+
+    def check_clock(self, conv: Conversation) -> None:
+        """Stop a run whose ``limits.max_run_seconds`` has passed."""
+        clock = self._clocks.get(conv.id)
+        if clock is not None and time.monotonic() >= clock[0]:
+            raise BudgetError(f"run time spent: max_run_seconds = {clock[1]:g} reached")
+
+    def call(
+        self,
+        conv: Conversation,
+        model: str,
+        cancel: threading.Event,
+        complete: Callable[[threading.Event], Reply],
+    ) -> Reply:
+        """One model call of ``conv``: refused when a budget or the run's time is spent,
+        and cut at the run's deadline (``complete`` gets the event to stop by)."""
+        check(self.ws, conv, model)
+        clock = self._clocks.get(conv.id)
+        if clock is None:
+            return complete(cancel)
+        self.check_clock(conv)
+        deadline, limit = clock
+        with runs.cancelled_at(cancel, deadline) as call_cancel:
+            try:
+                return complete(call_cancel)
+            except Cancelled:
+                if cancel.is_set() or time.monotonic() < deadline:
+                    raise
+        raise BudgetError(
+            f"run time spent: max_run_seconds = {limit:g} reached during a model call"
+        )
+
+    def usage(self, conv: Conversation) -> dict[str, Any]:
+        """What ``conv``'s subtree spent since its current run began, as JSON for the
+        status mail: the five keys, no note (an agent reads it, and pays for every word)."""
+        before = self._before.get(conv.id, Spend())
+        return self.ws.spending.subtree(conv.id).since(before).to_json(explain=False)

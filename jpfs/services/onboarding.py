@@ -257,4 +257,4 @@ def _no_run(_ctx: Any, _args: Any) -> str:  # the schema check never runs the to
 
 
 def _system(runner: RunContext, conv: Conversation) -> str:
-    return profiles.system_prompt(conv.config, conv.id)
+    return profiles.system_prompt(conv.config)

@@ -18,8 +18,6 @@ import dataclasses
 import json
 import logging
 import threading
-import time
-import traceback
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,20 +27,17 @@ from jpfs.core import frontmatter, locks, messages, profiles, record, tree, usag
 from jpfs.core.conversation import ANSWERS, EVENTS, RESULT, TASK, Conversation, Event, now
 from jpfs.core.record import agent_identity
 from jpfs.core.state import State
-from jpfs.core.tool import Tool, Toolbox, ToolContext, check_arguments, installed_toolbox
+from jpfs.core.tool import Tool, Toolbox, ToolContext, call_tool, installed_toolbox
 from jpfs.core.workspace import Workspace
 from jpfs.errors import (
-    BudgetError,
     Cancelled,
     ConversationGone,
     ExistsError,
     FormatError,
-    JpfsError,
     LimitError,
     NotFoundError,
     ProfileError,
     ProviderError,
-    ToolFailure,
 )
 from jpfs.infra.providers.base import Provider, Reply, Request
 from jpfs.services import budgets, inputs, onboarding, reports, runs, trust
@@ -93,10 +88,11 @@ class Runner:
     _append_lock: threading.Lock = field(default_factory=threading.Lock)
     # conversation id -> newest event committed by its current run (see commit()).
     _committed_events: dict[str, int] = field(default_factory=dict)
-    # conversation id -> (when its run must stop: limits.max_run_seconds, the limit)
-    _deadlines: dict[str, tuple[float, float]] = field(default_factory=dict)
-    # conversation id -> what its subtree had spent when its current run began
-    _spent_before: dict[str, usage.Spend] = field(default_factory=dict)
+    # Each run's clock and spending (limits.max_run_seconds, budgets, the run's usage).
+    limits: budgets.RunLimits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limits = budgets.RunLimits(self.ws)
 
     # -- plumbing -------------------------------------------------------------------
     def note(self, text: str) -> None:
@@ -123,37 +119,21 @@ class Runner:
             request = dataclasses.replace(
                 request, notify=lambda text: self.note(f"[{conv.id}] {text}")
             )
-        # Every model call passes here: budgets and the run's clock are checked once, in
-        # one place, whichever step (onboarding or work) makes the call.
-        budgets.check(self.ws, conv, request.model)
         if not conv.config.get("prompt_cache", True):
             request = dataclasses.replace(request, cache=False)
-        cancel = runs.cancel_event(self, conv)
-        clock = self._deadlines.get(conv.id)
-        if clock is None:
-            return self.provider(conv.config).complete(request, cancel)
-        self.check_clock(conv)
-        deadline, limit = clock
-        with runs.cancelled_at(cancel, deadline) as call_cancel:
-            try:
-                return self.provider(conv.config).complete(request, call_cancel)
-            except Cancelled:
-                if cancel.is_set() or time.monotonic() < deadline:
-                    raise
-        raise BudgetError(
-            f"run time spent: max_run_seconds = {limit:g} reached during a model call"
+        # Every model call passes here: budgets and the run's clock are checked once, in
+        # one place, whichever step (onboarding or work) makes the call.
+        provider = self.provider(conv.config)
+        return self.limits.call(
+            conv,
+            request.model,
+            runs.cancel_event(self, conv),
+            lambda cancel: provider.complete(request, cancel),
         )
-
-    def check_clock(self, conv: Conversation) -> None:
-        """Stop a run whose ``limits.max_run_seconds`` has passed."""
-        clock = self._deadlines.get(conv.id)
-        if clock is not None and time.monotonic() >= clock[0]:
-            raise BudgetError(f"run time spent: max_run_seconds = {clock[1]:g} reached")
 
     def run_usage(self, conv: Conversation) -> dict[str, Any]:
         """What ``conv``'s subtree spent since its current run began (JSON)."""
-        before = self._spent_before.get(conv.id, usage.Spend())
-        return budgets.run_usage(before, self.ws.spending.subtree(conv.id))
+        return self.limits.usage(conv)
 
     def record_event(
         self,
@@ -259,16 +239,8 @@ class Runner:
     def run_locked(self, conv: Conversation) -> State:
         # A registered run: kill cancels it, and caller mail is delivered (jpfs.services.runs).
         # With peers sharing the record, claimed on the remote first (re-entrant).
-        with claims.claimed(self.ws, conv.id), conv.exclusive():
-            self._spent_before[conv.id] = self.ws.spending.subtree(conv.id)
-            limit = conv.config.get("limits", {}).get("max_run_seconds") if conv.config else None
-            if isinstance(limit, int | float) and not isinstance(limit, bool):
-                self._deadlines[conv.id] = (time.monotonic() + float(limit), float(limit))
-            try:
-                return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
-            finally:
-                self._deadlines.pop(conv.id, None)
-                self._spent_before.pop(conv.id, None)
+        with claims.claimed(self.ws, conv.id), conv.exclusive(), self.limits.running(conv):
+            return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
 
     def drive(self, conv: Conversation) -> State:
         turns = 0
@@ -285,7 +257,7 @@ class Runner:
             try:
                 state = tree.state_of(conv)
                 if state in (State.ONBOARDING, State.RUNNING):
-                    self.check_clock(conv)  # a long tool step ends the run here
+                    self.limits.check_clock(conv)  # a long tool step ends the run here
                 if state is State.ONBOARDING:
                     onboarding.step(self, conv)
                 elif state is State.RUNNING:
@@ -320,7 +292,7 @@ class Runner:
         tools = self.tools_for(conv)
         request = Request(
             model=str(config.get("model", "")),
-            system=profiles.system_prompt(config, conv.id),
+            system=profiles.system_prompt(config),
             messages=messages.to_messages(events),
             tools=tuple(t.spec() for t in tools.values()),
             max_tokens=int(config.get("max_tokens", 8192)),
@@ -418,24 +390,7 @@ class Runner:
             for future in [pool.submit(one, c) for c in calls]:
                 future.result()
 
-    def call_tool(
-        self, tools: Mapping[str, Tool], ctx: ToolContext, call: Mapping[str, Any]
-    ) -> tuple[str, bool]:
-        tool = tools.get(str(call["name"]))
-        if tool is None:
-            return f"unknown tool {call['name']!r}: this agent has no such tool", True
-        try:
-            args = check_arguments(tool, call.get("input") or {})
-            return tool.run(ctx, args), False
-        except Cancelled:
-            raise
-        except ToolFailure as exc:
-            return exc.result, True
-        except JpfsError as exc:
-            return str(exc).splitlines()[0] if str(exc) else type(exc).__name__, True
-        except Exception:
-            log.error("tool %s crashed:\n%s", call["name"], traceback.format_exc())
-            return f"internal error in tool {call['name']} (logged)", True
+    call_tool = staticmethod(call_tool)
 
     # -- endings ----------------------------------------------------------------------
     def final_text(self, conv: Conversation) -> str:

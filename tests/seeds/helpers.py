@@ -7,7 +7,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from tests.messages_server import Answer, content_text, system_text, tool_results
+from tests.messages_server import Answer, content_text, conversation_of, tool_results
+
+__all__ = ["conversation_of"]  # re-exported: the seeds' tests route by conversation
 
 JsonDict = dict[str, Any]
 Step = Answer | Callable[[JsonDict], Answer]
@@ -37,13 +39,6 @@ def last_result(request: JsonDict) -> str:
     results = tool_results(request)
     assert results, "the request carries no tool result"
     return content_text(results[-1].get("content", "")).rstrip("\n")
-
-
-def conversation_of(request: JsonDict) -> str:
-    """The conversation a request was made for (jpfs names it in the system prompt)."""
-    found = re.search(r"you are conversation `([^`]+)`", system_text(request))
-    assert found, system_text(request)
-    return found.group(1)
 
 
 def all_text(request: JsonDict) -> list[str]:

@@ -164,6 +164,31 @@ def test_a_profile_turns_caching_off(
     assert all(t.meta["usage"]["cache_read_input_tokens"] == 0 for t in turns)
 
 
+def test_a_fork_and_a_sibling_read_the_shared_prefix_from_cache(
+    ws: Path, api_env: MessagesServer, cli: Callable[..., Result]
+) -> None:
+    setup(ws, child=CHILD)
+    api_env.prompt_cache = PromptCache()
+    api_env.responder = lambda request: text_reply("done")
+    assert cli("query", "--agent", "child", "first task").code == 0
+    source = top_id(ws)
+    first = api_env.bodies[0]
+    # Nothing in the prompt names the conversation: it is a header.
+    assert source not in json.dumps({k: first[k] for k in ("system", "tools")})
+    assert api_env.requests[0].headers["x-jpfs-conversation"] == source
+    fork = cli("fork", source).stdout.strip()
+    assert cli("query", "--id", fork, "and more").code == 0
+    (turn,) = [e for e in events(ws, fork) if e.role == "assistant"][1:]
+    # The fork's prompt begins with its source's whole transcript: read from cache.
+    tools_and_system = api_env.prompt_cache.usage({**first, "messages": []})
+    assert (
+        turn.meta["usage"]["cache_read_input_tokens"] > tools_and_system["cache_read_input_tokens"]
+    )
+    assert cli("query", "--agent", "child", "--new", "a sibling").code == 0
+    sibling = [e for e in api_env.bodies if "a sibling" in json.dumps(e["messages"])]
+    assert sibling and sibling[0]["system"] == first["system"]
+
+
 # -- usage and dollars ---------------------------------------------------------------------
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import threading
 import time
@@ -25,8 +24,8 @@ from jpfs.services.query import query
 from jpfs.services.runtime import Runner
 from tests.conftest import Result, no_thread_leak, rgit, wait_until, write_profile
 from tests.messages_server import (
+    conversation_of,
     last_user_text,
-    system_text,
     text_reply,
     tool_results,
     tool_use_reply,
@@ -79,12 +78,6 @@ def trailer_groups(repo: Path) -> list[dict[str, str]]:
         ).stdout  # fmt: skip
         out.extend(parse_trailers(parsed))
     return out
-
-
-def conversation_of(request: dict[str, Any]) -> str:
-    found = re.search(r"you are conversation `([^`]+)`", system_text(request))
-    assert found, system_text(request)
-    return found.group(1)
 
 
 def test_fork_three_gather_continue_one_kill_another(ws: Path, api_env) -> None:  # type: ignore[no-untyped-def]

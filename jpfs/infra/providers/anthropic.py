@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import anthropic
     import httpx2
 
+CONVERSATION_HEADER = "x-jpfs-conversation"
 # How often a waiting caller looks at the cancel flag and the attempt's deadline.
 _POLL_SECONDS = 0.05
 
@@ -265,6 +266,12 @@ def _request_params(request: Request) -> JsonDict:
         ]
     if request.cache:
         mark_for_cache(params)
+    conversation = request.metadata.get("conversation")
+    if conversation:
+        # Which conversation a request is for, outside the prompt (which must be the
+        # same for all of a profile's conversations to share its cache): for proxies,
+        # logs and test servers; the API ignores it.
+        params["extra_headers"] = {CONVERSATION_HEADER: str(conversation)}
     return params
 
 
