@@ -24,7 +24,7 @@ TREE_ROW = {"id", "depth", "state", "agent", "model", "elapsed", "tokens", "cost
             "subtree_tokens", "subtree_cost_usd", "last", "title", "hidden"}  # fmt: skip
 USAGE = {"input_tokens", "output_tokens", "cache_read_input_tokens",
          "cache_creation_input_tokens", "cost_usd", "cost_note"}  # fmt: skip
-SHOWN = CONVERSATION | {"usage", "subtree_usage"}
+SHOWN = CONVERSATION | {"error", "usage", "subtree_usage"}
 COST = {"by", "since", "until", "rows", "total"}
 EVENT = {"seq", "role", "meta", "body"}
 MATCH = {"id", "file", "line", "text"}

@@ -33,8 +33,10 @@ def test_a_broken_price_table_is_one_clear_error(
     ws: Path, cli: Callable[..., Result], table: str, error: str
 ) -> None:
     config = ws / ".jpfs" / "config.toml"
-    # First in the file: a bare key there is top-level, as a user means it.
-    config.write_text(table + "\n" + config.read_text(encoding="utf-8"), encoding="utf-8")
+    # Instead of the shipped [prices] tables, and first in the file: a bare key there is
+    # top-level, as a user means it.
+    shipped = config.read_text(encoding="utf-8").split("\n[prices.")[0]
+    config.write_text(table + "\n" + shipped, encoding="utf-8")
     result = cli("cost")
     assert result.code == 1
     assert result.stderr.count("\n") == 1 and error in result.stderr, result.stderr

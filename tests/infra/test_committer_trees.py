@@ -193,11 +193,12 @@ def _stage_racy(repo: Path, name: str) -> int | None:
 def test_racy_entry_of_this_second_stays_racy(repo: Path, committer: Committer) -> None:
     # A commit within the second of a racily clean entry does not re-check it: the index
     # it writes keeps an mtime no later than that second, so git still re-checks it.
-    for _attempt in range(5):
+    for attempt in range(5):
         second = _stage_racy(repo, "racy.txt")
         if second is None:
             continue
-        rel = write(repo, "conversations/r.md", "r\n")
+        # New content each attempt: an attempt that crossed a second has committed the last.
+        rel = write(repo, "conversations/r.md", f"r{attempt}\n")
         assert committer.commit(Change((rel,), "r")) is not None
         if int(time.time()) == second:
             break

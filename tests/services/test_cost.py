@@ -363,7 +363,9 @@ def test_a_runaway_loop_stops_at_its_budget_within_one_call(
     conv = top_id(ws)
     last = events(ws, conv)[-1]
     assert last.role == "error" and "budget_tokens" in last.body
-    assert show(cli, conv)["status"] == "failed"
+    shown = show(cli, conv)
+    assert shown["status"] == "failed" and "3,300 tokens of budget_tokens" in shown["error"]
+    assert "error: budget spent" in cli("conversation", "show", conv).stdout
 
 
 def test_a_runaway_child_is_stopped_by_the_budget_its_caller_gave_it(
@@ -587,3 +589,25 @@ def test_the_daemon_stops_a_runaway_and_serves_everyone_else(
         assert len(runaway_calls) == 3
         status = jpfs_subprocess("daemon", "status", "--format", "json", cwd=ws)
         assert json.loads(status.stdout)["running"] is True
+
+
+def test_a_budget_holds_on_another_machine_that_shares_the_record(
+    tmp_path: Path, ws: Path, api_env: MessagesServer, cli: Callable[..., Result]
+) -> None:
+    """Spending is read from the record: a clone that fetched it sees the budget spent
+    and makes no call for new input."""
+    from tests.conftest import clone_sharing, share_record
+
+    setup(ws, child=CHILD.replace("max_turns = 40", "max_turns = 40\nbudget_tokens = 2000"))
+    remote = share_record(tmp_path, ws, cli)
+    looping(api_env)
+    assert cli("query", "--agent", "child", "loop").code == 1
+    conv = top_id(ws)
+    calls = len(api_env.requests)
+    assert calls == 2 and cli("sync").code == 0
+    other = clone_sharing(remote, tmp_path / "other", cli)
+    again = cli("query", "--id", conv, "try once more", cwd=other)
+    assert again.code == 1 and "2,200 tokens of budget_tokens = 2,000" in again.stderr
+    assert len(api_env.requests) == calls  # no call from the other machine
+    shown = json.loads(cli("conversation", "show", conv, "--format", "json", cwd=other).stdout)
+    assert shown["usage"]["input_tokens"] == 2000

@@ -148,6 +148,8 @@ def test_the_daemons_run_is_the_run_the_cli_would_have_made(
     second = re.findall(r"conversation (\S+)", by_cli.stderr)[-1]
     assert handed_over(talker_ws) == [first]
     assert by_daemon.stderr.replace(first, "ID") == by_cli.stderr.replace(second, "ID")
+    # The run's usage comes back from the daemon too (the server's 10 + 5 tokens).
+    assert f"conversation {first} · 15 tokens, $?" in by_daemon.stderr
     assert _history(talker_ws, first) == _history(talker_ws, second)
     requests = api_env.bodies
     assert len(requests) == 2 and requests[0]["messages"] == requests[1]["messages"]

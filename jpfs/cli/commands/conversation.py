@@ -243,7 +243,11 @@ def show(
     if conv_id is None and fmt == "text":
         out(target)
         return
-    details = tree.info(Conversation(ws.conv_root, target)).to_json()
+    conv = Conversation(ws.conv_root, target)
+    details = tree.info(conv).to_json()
+    # Why a failed one failed (a budget spent, a provider that gave up): its error event.
+    last = conv.last_event() if details["status"] == "failed" else None
+    details["error"] = last.body.strip() if last is not None and last.role == "error" else None
     # What it spent: its own model calls, and with all its descendants' (jpfs.core.usage).
     details["usage"] = ws.spending.of(target).to_json()
     details["subtree_usage"] = ws.spending.subtree(target).to_json()
