@@ -36,6 +36,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "lifecycle": ("fork", "kill", "capture", "retry"),
     "trust": ("trust",),
     "sync": ("sync",),
+    "scan": ("scan",),
 }
 _OWNER = {name: module for module, names in MODULES.items() for name in names}
 

@@ -55,6 +55,7 @@ SCHEMA: dict[str, Key] = {
     "sync.interval": Key((int, float), 2.0, "seconds between the daemon's fetch/push cycles"),
     "sync.lease": Key((int, float), 30.0, "seconds a lease lasts without renewal"),
     "sync.machine": Key(str, "", "this clone's name in leases and trailers (default: host-path)"),
+    "sync.scan": Key(bool, True, "refuse to push a record that holds a recognised secret"),
     "prices": Key(
         dict,
         {},

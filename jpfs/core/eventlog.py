@@ -14,12 +14,13 @@ import json
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Self
 
-from jpfs.core import frontmatter
+from jpfs.core import frontmatter, secrets
 from jpfs.errors import ConversationGone, ExistsError
 from jpfs.infra import fsclock, textfile
 
@@ -246,6 +247,13 @@ class EventLog:
             full["tool_calls"] = [
                 {**c, "input": json.dumps(c["input"], sort_keys=True)} for c in full["tool_calls"]
             ]
+        # Nothing recognised as a secret is recorded (the record is shared): redacted,
+        # and counted where anyone reading the event sees it (jpfs.core.secrets).
+        found: Counter[str] = Counter()
+        body = secrets.redact_tree(body, found)
+        full = secrets.redact_tree(full, found)
+        if found:
+            full["redacted"] = dict(sorted(found.items()))
         text = frontmatter.render(full, body)
         path = self.events_dir / f"{seq:04d}-{role}.md"
         return Event(seq, role, path, dict(full), body), text

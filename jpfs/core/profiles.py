@@ -44,6 +44,9 @@ SUB: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "agents": (list, []),
         "write": (list, []),
         "command": (list, []),
+        # Paths (globs) the file tools may read although git ignores them or their name
+        # is a well-known secret file's (jpfs.core.secrets).
+        "expose": (list, []),
     },
     "limits": {
         "max_turns": (int, 20),
@@ -177,7 +180,7 @@ def apply_overrides(profile: Profile, overrides: Sequence[str]) -> dict[str, Any
 
 # Keys whose value is a capability: a conversation's snapshot may only narrow them.
 _EQUAL_KEYS = ("provider", "command", "script", "workspace")
-_SUBSET_KEYS = ("allow", "agents", "write", "command")
+_SUBSET_KEYS = ("allow", "agents", "write", "command", "expose")
 
 
 def admit(snapshot: Mapping[str, Any], profile: Profile) -> dict[str, Any]:

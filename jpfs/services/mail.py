@@ -33,12 +33,13 @@ import datetime as dt
 import hashlib
 import os
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import frontmatter, ids, record, scope
+from jpfs.core import frontmatter, ids, record, scope, secrets
 from jpfs.core.conversation import INBOX, Conversation, now
 from jpfs.errors import ExistsError, FormatError, IdError, NotFoundError, ScopeError
 from jpfs.infra import gitcli, textfile
@@ -64,6 +65,8 @@ class Message:
     body: str
     in_reply_to: str | None = None
     event: int | None = None
+    # Secrets redacted from it, by kind (jpfs.core.secrets); in the file's front matter.
+    redacted: dict[str, int] | None = None
 
     def header(self) -> dict[str, Any]:
         """The front matter as JSON-ready data (``from``, not ``sender``)."""
@@ -97,6 +100,8 @@ class Message:
             "in_reply_to": self.in_reply_to,
             "event": self.event,
         }
+        if self.redacted:
+            meta["redacted"] = self.redacted
         return frontmatter.render(meta, self.body)
 
 
@@ -204,7 +209,14 @@ def _load(ws: Workspace, path: Path) -> Message:
         body=body,
         in_reply_to=str(meta["in_reply_to"]) if meta.get("in_reply_to") else None,
         event=int(event) if isinstance(event, int) else None,
+        redacted=_counts(meta.get("redacted")),
     )
+
+
+def _counts(value: Any) -> dict[str, int] | None:
+    if not isinstance(value, dict):
+        return None
+    return {str(k): v for k, v in value.items() if isinstance(v, int)} or None
 
 
 def _tmp_dir(ws: Workspace) -> Path:
@@ -238,6 +250,9 @@ def send(
     to = check_recipient(ws, to, sender, parent_only=parent_only)
     if in_reply_to is not None:
         in_reply_to = check_message_id(in_reply_to)
+    # Mail is committed, and shared with the record: no recognised secret goes in.
+    found: Counter[str] = Counter()
+    subject, body = secrets.redact_tree(subject, found), secrets.redact_tree(body, found)
     msg = Message(
         id=check_message_id(msg_id) if msg_id else ids.generate("m"),
         sender=sender or HUMAN,
@@ -249,6 +264,7 @@ def send(
         body=body if body.endswith("\n") or not body else body + "\n",
         in_reply_to=in_reply_to,
         event=event,
+        redacted=dict(sorted(found.items())) or None,
     )
     path = message_path(ws, to, msg.id)
     event_name = "status" if kind == "status" else "mail"

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import profiles, tree, usage
+from jpfs.core import profiles, secrets, tree, usage
 from jpfs.core.conversation import ANSWERS, QUESTIONS, TASK, Conversation
 from jpfs.core.state import READY_RE, onboarding_of, split_rounds
 from jpfs.core.tool import Tool, check_arguments
@@ -99,12 +99,14 @@ def qa_text(conv: Conversation) -> str:
 
 
 def work_brief(conv: Conversation) -> str:
-    """The first user message of the work phase: the task plus the whole Q&A."""
+    """The first user message of the work phase: the task plus the whole Q&A, with any
+    secret a caller pasted into them redacted (it is sent, and recorded as an event)."""
     task = (conv.read(TASK) or "").strip()
     qa = qa_text(conv)
     if not qa:
-        return task + "\n"
-    return f"{task}\n\n## Onboarding (questions and answers before starting)\n\n{qa}"
+        return secrets.redact(task + "\n")[0]
+    brief = f"{task}\n\n## Onboarding (questions and answers before starting)\n\n{qa}"
+    return secrets.redact(brief)[0]
 
 
 def _bullets(title: str, items: Sequence[str]) -> str:
@@ -115,6 +117,7 @@ def _bullets(title: str, items: Sequence[str]) -> str:
 def append_round(conv: Conversation, body: str) -> int:
     text = conv.read(QUESTIONS) or QUESTIONS_HEADER.format(id=conv.id)
     n = max(split_rounds(text), default=0) + 1
+    body = secrets.redact(body)[0]  # the agent's words go into the record
     conv.write(QUESTIONS, f"{text.rstrip()}\n\n## Round {n}\n\n{body.strip()}\n")
     return n
 
@@ -127,6 +130,7 @@ def append_answers(conv: Conversation, answer: str) -> int:
     if rounds in existing:
         # An empty template section (e.g. from `jpfs answer` with no text) is replaced.
         text = text.split(f"## Round {rounds}")[0]
+    answer = secrets.redact(answer)[0]  # jpfs writes it into the record
     conv.write(ANSWERS, f"{text.rstrip()}\n\n## Round {rounds}\n\n{answer.strip()}\n")
     return rounds
 

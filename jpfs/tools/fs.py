@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from jpfs.core import secrets
 from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.errors import ScopeError, ToolError
-from jpfs.infra import safefs, safescan
+from jpfs.infra import gitignore, safefs, safescan
 
 READ_CAP_BYTES = 2_000_000
 READ_DEFAULT_LINES = 2000
@@ -92,6 +93,39 @@ def hidden_from(ctx: ToolContext) -> safescan.Hide:
     return hide
 
 
+def exposed(ctx: ToolContext) -> tuple[str, ...]:
+    """The profile's ``tools.expose`` globs: secret-looking or ignored paths it may read."""
+    config = ctx.services.get("config")
+    tools = config.get("tools", {}) if isinstance(config, Mapping) else {}
+    return tuple(str(p) for p in tools.get("expose", []) if str(p).strip())
+
+
+def secret_reason(ctx: ToolContext, rel: str, ignored: Callable[[str], bool]) -> str:
+    """Why ``rel`` is not for this agent ("" when it is): a well-known secret file, or a
+    file git ignores (``.env`` and friends), unless the profile exposes it. The record's
+    files are jpfs's own (redacted as they are written) and the scope rule's business."""
+    root, _own = _conv_scope(ctx)
+    if rel == "." or _under(rel, root) or path_is_writable(rel, exposed(ctx)):
+        return ""
+    if secrets.secret_name(rel):
+        return "is a well-known secret file"
+    if ignored(rel):
+        return "is ignored by git (ignored files often hold secrets: .env, keys, caches)"
+    return ""
+
+
+def secret_hider(ctx: ToolContext) -> safescan.Hide:
+    """The listing's and grep's view of :func:`secret_reason`: such paths are skipped."""
+    found: list[gitignore.Ignored] = []
+
+    def ignored(rel: str) -> bool:
+        if not found:
+            found.append(gitignore.ignored(ctx.files_root))
+        return rel in found[0]
+
+    return lambda rel: bool(secret_reason(ctx, rel, ignored))
+
+
 def check_visible(ctx: ToolContext, path: str) -> str:
     rel = safefs.normalize_relpath(path)
     if rel != "." and hidden_from(ctx)(rel):
@@ -99,6 +133,23 @@ def check_visible(ctx: ToolContext, path: str) -> str:
             f"path {rel!r} belongs to another conversation; use the jp_conversation_* tools"
         )
     return rel
+
+
+def check_readable(ctx: ToolContext, path: str) -> str:
+    """:func:`check_visible`, and not a secret (:func:`secret_reason`)."""
+    rel = check_visible(ctx, path)
+    why = secret_reason(ctx, rel, lambda r: gitignore.is_ignored(ctx.files_root, r))
+    if why:
+        raise ScopeError(
+            f"path {rel!r} {why}; agents do not read it, so that what it holds is never"
+            " sent to a model nor committed (a profile may list it in tools.expose)"
+        )
+    return rel
+
+
+def hidden_or_secret(ctx: ToolContext) -> safescan.Hide:
+    scope, secret = hidden_from(ctx), secret_hider(ctx)
+    return lambda rel: scope(rel) or secret(rel)
 
 
 def _check_writable(ctx: ToolContext, path: str) -> str:
@@ -138,7 +189,7 @@ def _read(ctx: ToolContext, args: JsonDict) -> str:
     limit: int = _arg(args, "limit", int, READ_DEFAULT_LINES)
     if offset < 1 or limit < 1:
         raise ToolError("offset and limit must be at least 1")
-    text, cut = safefs.read_text(ctx.files_root, check_visible(ctx, path), READ_CAP_BYTES)
+    text, cut = safefs.read_text(ctx.files_root, check_readable(ctx, path), READ_CAP_BYTES)
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -171,11 +222,11 @@ def _list(ctx: ToolContext, args: JsonDict) -> str:
     recursive: bool = _arg(args, "recursive", bool, False)
     listing = safescan.list_dir(
         ctx.files_root,
-        check_visible(ctx, path),
+        check_readable(ctx, path),
         recursive,
         LIST_MAX_ENTRIES,
         ctx.cancel,
-        hidden_from(ctx),
+        hidden_or_secret(ctx),
     )
     lines = []
     for e in listing.entries:
@@ -203,12 +254,12 @@ def _grep(ctx: ToolContext, args: JsonDict) -> str:
     res = safescan.grep(
         ctx.files_root,
         pattern,
-        check_visible(ctx, path),
+        check_readable(ctx, path),
         regex,
         ignore_case,
         GREP_MAX_MATCHES,
         ctx.cancel,
-        hidden_from(ctx),
+        hidden_or_secret(ctx),
     )
     lines = [f"{m.path}:{m.line_no}: {m.line}" for m in res.matches]
     if not lines:
@@ -226,6 +277,8 @@ def _write(ctx: ToolContext, args: JsonDict) -> str:
     path: str = _arg(args, "path", str)
     content: str = _arg(args, "content", str)
     rel = _check_writable(ctx, path)
+    if _under(rel, _conv_scope(ctx)[0]):
+        content = secrets.redact(content)[0]  # into the record, which is shared
     created = safefs.write_text(ctx.files_root, rel, content)
     size = len(content.encode("utf-8"))
     return f"{'created' if created else 'replaced'} {rel} ({size:,} bytes)"
@@ -250,7 +303,10 @@ def _schema(props: dict[str, JsonDict], required: Sequence[str]) -> JsonDict:
 
 
 _PATH = "Path relative to the working tree root, with '/' separators (e.g. 'src/app.py')."
-_REFUSED = "Absolute paths, '..', symbolic links, .git/ and .jpfs/local/ are refused."
+_REFUSED = (
+    "Absolute paths, '..', symbolic links, .git/, .jpfs/local/, files git ignores and"
+    " well-known secret files (.env, *.pem, id_rsa...) are refused."
+)
 
 FS_TOOLS: dict[str, Tool] = {
     t.name: t

@@ -26,6 +26,7 @@ from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError, GitError, JpfsError
 from jpfs.infra import gitcli, gitremote
 from jpfs.infra.gitremote import Update
+from jpfs.services import leaks
 from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
 from jpfs.services.sync.record import Integration, integrate
 
@@ -90,6 +91,10 @@ class SyncEngine:
         self._pull_started = float("-inf")
         self._last_pull: Integration | None = None
         self._busy = ""  # why the last merge had to wait (said once, not every cycle)
+        # Commits about to be pushed are scanned for secrets first (jpfs.services.leaks);
+        # what was scanned once is not scanned again.
+        self.scan = bool(ws.config["sync.scan"])
+        self._scanned: set[str] = set()
 
     # -- one cycle ---------------------------------------------------------------------------
     def sync_once(self, *, push: bool = True) -> Integration:
@@ -203,6 +208,12 @@ class SyncEngine:
                 # Never force theirs away: push only what contains it.
                 record = gitremote.is_ancestor(self.repo, theirs, ours)
             send = record and ours is not None and ours != theirs
+            if send and ours is not None and self.scan:
+                found = leaks.find(self.repo, theirs, ours, self._scanned)
+                if found:
+                    # The record stays here; the leases still go (they hold no content).
+                    self.push(record=False)
+                    raise leaks.refusal(found, self.remote)
             updates = [Update(f"refs/heads/{self.branch}", ours, theirs)] if send and ours else []
             renewing: dict[str, tuple[str, int]] = {}
             releasing: list[str] = []
