@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jpfs.core import frontmatter, ids, locks, record, scope, transcript, tree
+from jpfs.core import frontmatter, ids, locks, record, scope, secrets, transcript, tree
 from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, create, now
 from jpfs.core.scope import TASK
 from jpfs.core.state import State
@@ -82,6 +82,7 @@ def find_child_for_call(conv_root: Path, parent: str, call_id: str) -> str | Non
 
 
 def _copy_context(child: Conversation, src: Conversation, prompt: str | None) -> None:
+    prompt = secrets.redact(prompt)[0] if prompt else prompt  # the caller's words, recorded
     events = src.events()
     if not events:
         # Not started yet (a template or onboarding): the task and Q&A are the context.

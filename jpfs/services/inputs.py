@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jpfs.core import record, tree
+from jpfs.core import record, secrets, tree
 from jpfs.core.conversation import TASK, Conversation
 from jpfs.core.state import State
 from jpfs.errors import StateError
@@ -30,6 +30,7 @@ TAKES_INPUT = frozenset({State.EMPTY, State.WAITING, State.IDLE, State.FAILED})
 def submit(ws: Workspace, conv: Conversation, text: str, *, author: Identity | None = None) -> None:
     """Record ``text`` as the caller's input in whatever form the state calls for."""
     state = tree.state_of(conv)
+    text = secrets.redact(text)[0]  # jpfs writes it into the record, which is shared
     if state is State.EMPTY:
         conv.write(TASK, text.rstrip() + "\n")
         record.commit(ws, conv.id, "task", agent=conv.meta().get("agent"), author=author)

@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import ids, locks, record, transcript, tree
+from jpfs.core import ids, locks, record, secrets, transcript, tree
 from jpfs.core.conversation import TASK, Conversation, create, now
 from jpfs.core.profiles import apply_overrides, load
 from jpfs.core.scope import resolve
@@ -108,6 +108,7 @@ def new_conversation(
         branches.ensure_worktree(ws, branches.require_fork(ws, conv.id))
     event = "new"
     if task is not None:
+        task = secrets.redact(task)[0]  # from a caller's words: the record is shared
         conv.write(TASK, task if task.endswith("\n") else task + "\n")
         event = "task"
     if commit:

@@ -1197,6 +1197,63 @@ def cost_tour(block: Block, env: Env) -> None:
     )  # fmt: skip
 
 
+# --- protocol/secrets.md ----------------------------------------------------------------
+
+
+def secrets_expose(block: Block, env: Env) -> None:
+    """The profile loads; its agent reads the exposed paths and not other secret ones."""
+    from jpfs.core.tool import ToolContext, check_arguments
+    from jpfs.errors import ScopeError
+    from jpfs.tools.fs import FS_TOOLS
+
+    profile = load_profile(env, block.text)
+    assert profile.config["tools"]["expose"] == [".env.example", "build/test-report.txt"]
+    ws = workspace(env)
+    (ws / ".gitignore").write_text("build/\n", encoding="utf-8")
+    files = {".env.example": "TOKEN=changeme\n", ".env": "TOKEN=x\n",
+             "build/test-report.txt": "12 passed\n", "build/other.txt": "x\n"}  # fmt: skip
+    for name, text in files.items():
+        (ws / name).parent.mkdir(exist_ok=True)
+        (ws / name).write_text(text, encoding="utf-8")
+    ctx = ToolContext(ws, "", ws, services={"config": profile.config})
+    read = FS_TOOLS["fs_read_file"]
+    assert read.run(ctx, check_arguments(read, {"path": ".env.example"})) == "TOKEN=changeme"
+    assert read.run(ctx, check_arguments(read, {"path": "build/test-report.txt"})) == "12 passed"
+    for hidden in (".env", "build/other.txt"):
+        with pytest.raises(ScopeError, match=r"tools\.expose"):
+            read.run(ctx, check_arguments(read, {"path": hidden}))
+
+
+def secrets_scan(block: Block, env: Env) -> None:
+    """A record whose history holds a token a person pasted into a task: reported."""
+    ws = workspace(env)
+    token = "ghp_" + "a1B2c3D4e5" * 3 + "F6g7H8"
+    leaky = ws / "conversations" / "leaky"
+    leaky.mkdir()
+    (leaky / "task.md").write_text(f"Deploy with {token}\n", encoding="utf-8")
+    git(ws / "conversations", "add", "-A")
+    git(ws / "conversations", "commit", "-q", "-m", "a task")
+
+    def listed(_sh: Shell, d: Done) -> None:
+        (found,) = json.loads(d.out)
+        assert (found["conversation"], found["path"], found["line"]) == (
+            "leaky",
+            "leaky/task.md",
+            1,
+        )
+        assert found["kind"] == "github-token" and token not in d.out + d.err
+
+    run_block(
+        block,
+        env.shell(ws),
+        [
+            ("jpfs scan", Step(rc=1, out=[r"\Aleaky/task.md:1: github-token \(commit [0-9a-f]{12}\)\n\Z"],
+                               err=[r"git filter-repo --refs jpfs-record"])),
+            ("jpfs scan --format json", Step(rc=1, after=listed)),
+        ],
+    )  # fmt: skip
+
+
 # --- protocol/lifecycle.md, mail.md, mcp.md ---------------------------------------------
 
 
@@ -1532,6 +1589,8 @@ DOCS: list[Entry] = [
     Entry("README.md", "4d1f05ec", "jpfs tools", readme_tools),
     Entry("README.md", "8ca48dd9", "git -C conversations log", readme_record),
     Entry("protocol/agents.md", "ce428ff0", 'model = "claude-sonnet-4-5"', agents_profile),
+    Entry("protocol/secrets.md", "87c31371", 'model = "claude-sonnet-4-5"', secrets_expose),
+    Entry("protocol/secrets.md", "84193157", "jpfs scan", secrets_scan),
     Entry("protocol/cost.md", "9b03ddb3", '[prices."claude-sonnet-4-5"]', cost_prices),
     Entry("protocol/cost.md", "31dd567a", 'model = "claude-haiku-4-5"', cost_profile),
     Entry("protocol/cost.md", "1b649ff9", "jpfs query --agent researcher", cost_tour),

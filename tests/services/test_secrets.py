@@ -256,7 +256,9 @@ def test_mail_answers_and_a_pasted_task_are_redacted(
     asked = cli("query", "--agent", "reader", "--non-interactive", f"Use {GITHUB} to fetch")
     assert asked.code == 4, asked.stderr
     conv = next(p.name for p in (ws / "conversations").iterdir() if p.name.startswith("c-"))
-    # The task is the human's own file, committed as written; what is sent is redacted.
+    # jpfs wrote the task from the query: redacted there, so in what is sent too.
+    task = (ws / "conversations" / conv / "task.md").read_text(encoding="utf-8")
+    assert GITHUB not in task and "[redacted:github-token]" in task
     assert GITHUB not in json.dumps(api_env.bodies[0])
     assert cli("answer", conv, f"this one: {AWS_ID}", "--run").code == 0
     answers = (ws / "conversations" / conv / "answers.md").read_text(encoding="utf-8")
