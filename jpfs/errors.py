@@ -13,6 +13,8 @@ tomlkit, anthropic, OS) are translated once, where they happen, with
     │       └── UntrustedProfile  a profile that runs programs, not trusted here yet
     ├── FormatError           malformed TOML front matter or conversation.toml
     ├── IdError               malformed conversation id (slug rules, reserved names)
+    ├── ArgumentError         an argument out of its range, refused by the core for every
+    │                         way in alike (CLI, tools, MCP); exit 2 at the command line
     ├── ScopeError            id or path outside the caller's subtree / workspace
     ├── NotFoundError         no such conversation, message, file
     │   └── ConversationGone  its directory was removed while jpfs wrote to it
@@ -67,6 +69,10 @@ class FormatError(JpfsError):
 
 class IdError(JpfsError):
     pass
+
+
+class ArgumentError(JpfsError):
+    exit_code = 2
 
 
 class ScopeError(JpfsError):

@@ -130,6 +130,8 @@ def read_toml(
         raise error(str(exc)) from exc
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{name}: malformed TOML: {exc}") from exc
+    except RecursionError:
+        raise error(f"{name}: malformed TOML: nested too deeply") from None
 
 
 def load_file(path: Path) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jpfs.core import ids
+from jpfs.core import frontmatter, ids
 from jpfs.core.eventlog import EVENT_RE as EVENT_RE
 from jpfs.core.eventlog import EVENTS as EVENTS
 from jpfs.core.eventlog import ROLES as ROLES
@@ -75,11 +75,10 @@ class Conversation(EventLog):
 
     def meta(self) -> dict[str, Any]:
         try:
-            return tomllib.loads(textfile.read_text(self.toml_path, self.root))
+            text = textfile.read_text(self.toml_path, self.root)
         except FileNotFoundError:
             return {}
-        except tomllib.TOMLDecodeError as exc:
-            raise FormatError(f"{self.toml_path}: malformed TOML: {exc}") from exc
+        return frontmatter.loads(text, str(self.toml_path))
 
     def summary(self) -> dict[str, Any]:
         """The record's top-level keys and ``config.onboarding``: what listings need.
@@ -100,7 +99,7 @@ class Conversation(EventLog):
             head = tomllib.loads(text[: start.start()])
             section = _ONBOARDING_SECTION.search(text, start.start())
             onboarding = tomllib.loads(section.group(1)) if section else {}
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             return self.meta()
         head["config"] = {"onboarding": onboarding}
         return head

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from jpfs.core import frontmatter, secrets
-from jpfs.errors import ConversationGone, ExistsError
+from jpfs.errors import ArgumentError, ConversationGone, ExistsError
 from jpfs.infra import fsclock, textfile
 
 EVENTS = "events"
@@ -190,6 +190,7 @@ class EventLog:
         return not any(os.path.lexists(f"{following}{role}.md") for role in ROLES)
 
     def events(self, last: int | None = None) -> list[Event]:
+        check_last(last)
         names = self.event_names()
         if last is not None:
             names = names[-last:] if last > 0 else []
@@ -284,6 +285,13 @@ class EventLog:
         stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
         names = [*cached.names, (event.seq, event.role, event.path.name)]
         self._listing = _Listing(stamp, names, False, True)
+
+
+def check_last(last: int | None) -> None:
+    """``last`` (a number of events, from a caller) is None or >= 0: the one check for
+    the CLI, the tools and MCP alike."""
+    if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 0):
+        raise ArgumentError(f"last must be a number of events >= 0, got {last!r}")
 
 
 def _settled(st: os.stat_result) -> bool:

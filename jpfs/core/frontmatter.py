@@ -24,6 +24,19 @@ from jpfs.infra import textfile
 FENCE = "+++"
 
 
+def loads(text: str, source: str, what: str = "TOML") -> dict[str, Any]:
+    """TOML ``text`` as data; malformed TOML, and TOML nested deeper than Python's
+    recursion limit (``a = [[[[...]]]]`` a few thousand deep), are a FormatError naming
+    ``source``: one conversation's bad file is that conversation's error, never a crash
+    of the listing or the daemon that read it."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise FormatError(f"{source}: malformed {what}: {exc}") from exc
+    except RecursionError:
+        raise FormatError(f"{source}: malformed {what}: nested too deeply") from None
+
+
 def parse(text: str, *, source: str = "<text>") -> tuple[dict[str, Any], str]:
     """Split ``text`` into (front matter, body). No front matter -> ({}, text)."""
     if not text.startswith(FENCE):
@@ -40,10 +53,7 @@ def parse(text: str, *, source: str = "<text>") -> tuple[dict[str, Any], str]:
     if end == -1:
         raise FormatError(f"{source}: front matter opened with '+++' is never closed")
     raw = text[first_nl + 1 : end + 1]
-    try:
-        meta = tomllib.loads(raw)
-    except tomllib.TOMLDecodeError as exc:
-        raise FormatError(f"{source}: malformed TOML front matter: {exc}") from exc
+    meta = loads(raw, source, "TOML front matter")
     body_start = end + 1 + len(FENCE)
     if text.startswith("\r\n", body_start):
         body_start += 2

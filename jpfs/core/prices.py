@@ -12,14 +12,15 @@ replace a shipped entry whole (a local model can cost 0):
     cache_read = 0.30
     cache_creation = 3.75
 
-A model is looked up by its name, then by the longest table key it extends with a
-``-`` (``claude-sonnet-4-5-20250929`` is priced as ``claude-sonnet-4-5``). A model
-found nowhere has no price: its calls' ``cost_usd`` is unknown, never guessed.
+A model is looked up by its name; a dated snapshot (``claude-sonnet-4-5-20250929``)
+by its model's name. A model found nowhere has no price: its calls' ``cost_usd`` is
+unknown, never guessed from a neighbour.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,17 +51,37 @@ class Price:
         return round(dollars, 6)
 
 
+# Anthropic's published prices as of November 2026 (platform.claude.com, "Pricing"):
+# input, output, cache read, 5-minute cache write. Claude Haiku 5.5 is priced by prompt
+# length; this is its band for prompts up to 100,000 tokens (longer ones cost 5x).
 PRICES: dict[str, Price] = {
+    "claude-fable-5-1": Price(10.0, 50.0, 0.25, 12.50),
+    "claude-mythos-5-1": Price(10.0, 50.0, 0.25, 12.50),
+    "claude-fable-5": Price(10.0, 50.0, 1.00, 12.50),
+    "claude-mythos-5": Price(10.0, 50.0, 1.00, 12.50),
+    "claude-opus-5-5": Price(4.0, 20.0, 0.20, 5.0),
+    "claude-opus-5": Price(5.0, 25.0, 0.50, 6.25),
+    "claude-opus-4-8": Price(5.0, 25.0, 0.50, 6.25),
+    "claude-opus-4-7": Price(5.0, 25.0, 0.50, 6.25),
+    "claude-opus-4-6": Price(5.0, 25.0, 0.50, 6.25),
     "claude-opus-4-5": Price(5.0, 25.0, 0.50, 6.25),
     "claude-opus-4-1": Price(15.0, 75.0, 1.50, 18.75),
-    "claude-opus-4": Price(15.0, 75.0, 1.50, 18.75),
+    "claude-opus-4-0": Price(15.0, 75.0, 1.50, 18.75),
+    "claude-sonnet-5-5": Price(2.0, 10.0, 0.10, 2.50),
+    "claude-sonnet-5": Price(2.0, 10.0, 0.20, 2.50),
+    "claude-sonnet-4-6": Price(3.0, 15.0, 0.30, 3.75),
     "claude-sonnet-4-5": Price(3.0, 15.0, 0.30, 3.75),
-    "claude-sonnet-4": Price(3.0, 15.0, 0.30, 3.75),
+    "claude-sonnet-4-0": Price(3.0, 15.0, 0.30, 3.75),
     "claude-3-7-sonnet": Price(3.0, 15.0, 0.30, 3.75),
+    "claude-haiku-5-5": Price(0.10, 0.50, 0.01, 0.125),
     "claude-haiku-4-5": Price(1.0, 5.0, 0.10, 1.25),
     "claude-3-5-haiku": Price(0.80, 4.0, 0.08, 1.0),
     "claude-3-haiku": Price(0.25, 1.25, 0.03, 0.30),
 }
+# Names the API also takes for these models.
+ALIASES = {"claude-opus-4": "claude-opus-4-0", "claude-sonnet-4": "claude-sonnet-4-0"}
+# A snapshot's name is its model's and a date: claude-sonnet-4-5-20250929.
+_DATED = re.compile(r"(.+)-20[0-9]{6}")
 
 
 def check_table(value: Any, where: str) -> dict[str, Price]:
@@ -100,14 +121,16 @@ def table(configured: Mapping[str, Any] | None = None) -> dict[str, Price]:
 
 
 def price_of(model: str, prices: Mapping[str, Price]) -> Price | None:
-    found = prices.get(model)
-    if found is not None:
-        return found
-    best = ""
-    for key in prices:
-        if model.startswith(key + "-") and len(key) > len(best):
-            best = key
-    return prices[best] if best else None
+    """``model``'s price: by its name, or a dated snapshot's by its model's name. A
+    name jpfs does not know gets none, never a neighbour's (``claude-opus-4-9`` is not
+    ``claude-opus-4``)."""
+    for name in (model, ALIASES.get(model, "")):
+        if name in prices:
+            return prices[name]
+    dated = _DATED.fullmatch(model)
+    if dated is not None and dated.group(1) != model:
+        return price_of(dated.group(1), prices)
+    return None
 
 
 def cost_of(usage: Usage, model: str, prices: Mapping[str, Price]) -> float | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from jpfs.core import frontmatter, tree
 from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, TASK, Conversation, Event
+from jpfs.core.eventlog import check_last
 
 
 def _event_header(ev: Event) -> str:
@@ -98,6 +99,7 @@ def copy_for_fork(events: Sequence[Event], dest: Path, last: int | None = None) 
     A fork never shows its child a placeholder for a turn (a copied turn without text
     would reach the model as ``(no reply)``) nor a tool call the child would run again.
     """
+    check_last(last)
     kept, turn = settled(events)
     items: list[tuple[Event, bool]] = [(ev, False) for ev in kept]
     if turn is not None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -202,8 +201,8 @@ def ledger_calls(conv: Conversation, table: Mapping[str, prices.Price]) -> list[
     """The calls recorded in ``usage.toml`` (none when it is missing or unreadable)."""
     try:
         text = conv.read(LEDGER)
-        data = tomllib.loads(text) if text is not None else {}
-    except (FormatError, OSError, tomllib.TOMLDecodeError):
+        data = frontmatter.loads(text, LEDGER) if text is not None else {}
+    except (FormatError, OSError):
         return []
     out = []
     for item in data.get("call") or []:

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jpfs.core import ids, locks, record, secrets, transcript, tree
-from jpfs.core.conversation import TASK, Conversation, create, now
+from jpfs.core.conversation import QUESTIONS, TASK, Conversation, create, now
+from jpfs.core.eventlog import check_last
 from jpfs.core.profiles import apply_overrides, load
 from jpfs.core.scope import resolve
 from jpfs.core.workspace import Workspace
@@ -118,6 +119,23 @@ def new_conversation(
     return conv
 
 
+def skip_onboarding(ws: Workspace, conv: Conversation) -> None:
+    """Turn onboarding off for ``conv``, which has not started: no question asked, no
+    event. Refused (:class:`StateError`) once it has, as there is nothing left to skip."""
+    onboarding = (conv.config.get("onboarding") or {}) if conv.config else {}
+    if not onboarding.get("enabled", False):
+        return
+    if conv.event_names() or conv.file(QUESTIONS).exists():
+        raise StateError(
+            f"--no-onboard applies to a conversation that has not started; {conv.id!r}"
+            " has already asked its questions or begun work (answer with `jpfs answer`)"
+        )
+    config = dict(conv.config)
+    config["onboarding"] = {**onboarding, "enabled": False}
+    conv.update(config=config)
+    record.commit(ws, conv.id, "edit", agent=conv.meta().get("agent"), note="(no onboarding)")
+
+
 def fork_conversation(
     ws: Workspace,
     source: str,
@@ -133,6 +151,7 @@ def fork_conversation(
     A turn still calling tools is copied as its text alone (nothing without text):
     its tool calls stay the source's, never to be run again by the copy.
     """
+    check_last(last)  # before anything is made
     source = resolve(ws.conv_root, source, within=within)
     src = Conversation(ws.conv_root, source)
     meta = src.meta()

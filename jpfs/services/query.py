@@ -17,9 +17,9 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import ids, locks, scope
+from jpfs.core import ids, locks, scope, tree
 from jpfs.core.conversation import RESULT, Conversation
-from jpfs.core.state import State
+from jpfs.core.state import AGENT_ACTS, State
 from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
 from jpfs.errors import StateError
@@ -31,6 +31,10 @@ from jpfs.services.sync import claims
 
 if TYPE_CHECKING:
     from jpfs.infra.committer import Identity
+
+# Seconds a query waits for the lock of a conversation that has nothing to run (the
+# holder is only looking at it); a conversation whose agent is at work is busy at once.
+SETTLE_WAIT = 5.0
 
 
 def outcome(conv: Conversation, state: State) -> Outcome:
@@ -96,8 +100,16 @@ def query(
         target = scope.resolve(ws.conv_root, conv_id, within=within)
     # The lock covers the input too: a daemon must not start the run between the
     # input being written and this caller running it.
+    wait = runner.lock_wait
+    if conv_id is not None and wait < SETTLE_WAIT:
+        state = tree.state_of(Conversation(ws.conv_root, target))
+        if state not in AGENT_ACTS:
+            # Nobody's run has work to do: whoever holds the lock (a daemon looking at
+            # the run that just ended) lets go in a moment. A query right after another
+            # waits for that instead of failing as busy.
+            wait = SETTLE_WAIT
     with (
-        locks.conversation_lock(ws.local_dir, target, wait=runner.lock_wait),
+        locks.conversation_lock(ws.local_dir, target, wait=wait),
         claims.claimed(ws, target),
     ):
         if conv_id is None:
@@ -157,6 +169,8 @@ def ask(
     config: dict[str, Any]
     if conv_id is not None:
         target = scope.resolve(ws.conv_root, conv_id, within=within)
+        if request.onboard is False:
+            lifecycle.skip_onboarding(ws, Conversation(ws.conv_root, target))
         config = dict(Conversation(ws.conv_root, target).config)
     else:
         target = ids.join(within, segment)

@@ -105,7 +105,7 @@ def status_of(toml: Path) -> str:
     try:
         with toml.open("rb") as fh:
             return str(tomllib.load(fh).get("status", ""))
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, tomllib.TOMLDecodeError, RecursionError):
         return ""
 
 

@@ -365,12 +365,40 @@ def test_concurrent_processes_create_and_commit(ws: Path, n_procs: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "flags", [("--agent", "researcher"), ("--no-onboard",), ("--new",), ("--hidden",)]
+    "flags", [("--agent", "researcher"), ("--tmp", "1h"), ("--new",), ("--hidden",)]
 )
 def test_options_for_a_new_conversation_are_refused_with_id(ws: Path, cli, flags) -> None:  # type: ignore[no-untyped-def]
     assert cli("c", "new", "a", "--no-activate").code == 0
     head = rgit(ws, "rev-parse", "HEAD")
     refused = cli("query", "--id", "a", *flags, "--non-interactive", "hello")
     assert refused.code == 2
-    assert flags[0] in refused.stderr and "only apply to a new conversation" in refused.stderr
+    assert f"{flags[0]} applies only to a new conversation" in refused.stderr
     assert rgit(ws, "rev-parse", "HEAD") == head  # nothing was written
+    both = cli("query", "--id", "a", "--new", "--hidden", "hello")
+    assert both.code == 2 and "--new, --hidden apply only to a new conversation" in both.stderr
+
+
+def test_no_onboard_applies_to_a_conversation_that_has_not_started(
+    ws: Path,
+    cli,
+    api_env,  # type: ignore[no-untyped-def]
+) -> None:
+    from tests.messages_server import text_reply, tool_use_reply
+
+    # `c new --no-onboard`: its snapshot has onboarding off.
+    assert cli("c", "new", "quiet", "--no-onboard", "--no-activate").code == 0
+    toml = (ws / "conversations" / "quiet" / "conversation.toml").read_text(encoding="utf-8")
+    assert "enabled = false" in toml.split("[config.onboarding]")[1].split("[")[0]
+    # `c new`, then `query --id X --no-onboard`: it starts work at once.
+    assert cli("c", "new", "later", "--no-activate").code == 0
+    api_env.enqueue(text_reply("done at once"))
+    done = cli("query", "--id", "later", "--no-onboard", "--non-interactive", "do it")
+    assert (done.code, done.stdout) == (0, "done at once\n"), done.stderr
+    assert all(t["name"] != "ask_caller" for t in api_env.bodies[0].get("tools", []))
+    # Once it asked, there is nothing to skip: refused, saying so.
+    assert cli("c", "new", "asks", "--no-activate").code == 0
+    api_env.enqueue(tool_use_reply(("ask_caller", {"questions": ["Which one?"]})))
+    assert cli("query", "--id", "asks", "--non-interactive", "do it").code == 4
+    refused = cli("query", "--id", "asks", "--no-onboard", "--non-interactive", "answer")
+    assert refused.code == 1
+    assert "--no-onboard applies to a conversation that has not started" in refused.stderr

@@ -314,7 +314,7 @@ def test_a_run_that_fails_ends_in_one_error_line(ws: Path, cli: Cli) -> None:
         (("retry",), 2, "Missing argument 'ID'"),
         (("log", "-n", "many"), 2, "--limit"),
         (("--format", "json", "init"), 2, "No such option: --format"),
-        (("query", "--id", "plain", "--agent", "demo", "hi"), 2, "only apply to a new"),
+        (("query", "--id", "plain", "--agent", "demo", "hi"), 2, "applies only to a new"),
     ],
 )  # fmt: skip
 def test_every_error_is_one_line(

@@ -832,7 +832,7 @@ def agents_profile(block: Block, env: Env) -> None:
     profile = load_profile(env, text)
     config = profile.config
     assert (config["model"], config["provider"], config["workspace"]) == (
-        "claude-sonnet-4-5", "anthropic", "shared",
+        "claude-sonnet-4-6", "anthropic", "shared",
     )  # fmt: skip
     assert (config["max_tokens"], config["timeout"], config["overridable"]) == (
         8192,
@@ -849,7 +849,7 @@ def agents_profile(block: Block, env: Env) -> None:
     ]  # fmt: skip
     # "required: a profile without it is refused"; unknown keys name the file and key.
     with pytest.raises(ProfileError, match="must name its model"):
-        load_profile(env, text.replace('model = "claude-sonnet-4-5"', ""), "nomodel")
+        load_profile(env, text.replace('model = "claude-sonnet-4-6"', ""), "nomodel")
     with pytest.raises(ProfileError, match=r"typo\.toml: unknown key 'modle'"):
         load_profile(env, 'modle = "x"\n' + text, "typo")
 
@@ -1121,7 +1121,7 @@ def layout_commit(block: Block, env: Env) -> None:
     create(ws.conv_root, "refactor/research-errors", agent="researcher")
     record.commit(
         ws, "refactor/research-errors", "assistant", agent="researcher",
-        model="claude-sonnet-4-5", usage=Usage(1520, 87),
+        model="claude-sonnet-4-6", usage=Usage(1520, 87),
     )  # fmt: skip
     assert git(root, "log", "-1", "--format=%B", "jpfs-record") == block.text + "\n"
     parsed = subprocess.run(
@@ -1190,7 +1190,7 @@ def cost_tour(block: Block, env: Env) -> None:
             ("jpfs tree", Step(out=[r"^ID +STATE .* TOKENS +COST +SUBTREE +LAST",
                                     r"^total: 30 tokens, \$0\.0002$"])),
             ("jpfs log -n 3", Step(out=[r" assistant .* 10\+5 tokens \$0\.0001$"])),
-            ("jpfs cost --by model", Step(out=[r"^claude-sonnet-4-5 +2 +20 +10 +0 +0 +\$0\.0002",
+            ("jpfs cost --by model", Step(out=[r"^claude-sonnet-4-6 +2 +20 +10 +0 +0 +\$0\.0002",
                                                r"^total +2 "])),
             ("jpfs cost --since 24h", Step(out=[r"^c-[0-9a-z]{26} +2 ", r"^total +2 "])),
         ],
@@ -1588,8 +1588,8 @@ DOCS: list[Entry] = [
     Entry("README.md", "004e26e7", "{", mcp_json),
     Entry("README.md", "4d1f05ec", "jpfs tools", readme_tools),
     Entry("README.md", "8ca48dd9", "git -C conversations log", readme_record),
-    Entry("protocol/agents.md", "ce428ff0", 'model = "claude-sonnet-4-5"', agents_profile),
-    Entry("protocol/secrets.md", "87c31371", 'model = "claude-sonnet-4-5"', secrets_expose),
+    Entry("protocol/agents.md", "3f555ecf", 'model = "claude-sonnet-4-6"', agents_profile),
+    Entry("protocol/secrets.md", "bb3f70e8", 'model = "claude-sonnet-4-6"', secrets_expose),
     Entry("protocol/secrets.md", "84193157", "jpfs scan", secrets_scan),
     Entry("protocol/cost.md", "9b03ddb3", '[prices."claude-sonnet-4-5"]', cost_prices),
     Entry("protocol/cost.md", "31dd567a", 'model = "claude-haiku-4-5"', cost_profile),
@@ -1597,13 +1597,13 @@ DOCS: list[Entry] = [
     Entry("protocol/agents.md", "4a6e6da2", "[[tools.command]]", command_tool),
     Entry("protocol/branches.md", "36a002c0", "*   jpfs(a): merge", branches_graph),
     Entry("protocol/branches.md", "c82a0afa", "jpfs(a): merged into main", branches_record),
-    Entry("protocol/daemon.md", "cdb7fde1", '{"running": true', daemon_status_json),
+    Entry("protocol/daemon.md", "df243f07", '{"running": true', daemon_status_json),
     Entry("protocol/daemon.md", "f4b13633", "# jpfs: editors'", record_gitignore),
     Entry("protocol/layout.md", "d812b30b", "<repo>/", layout_workspace),
     Entry("protocol/layout.md", "45d0541d", "conversations/<id>/", layout_files),
-    Entry("protocol/layout.md", "5e509f11", "+++", layout_event),
+    Entry("protocol/layout.md", "96de3eb3", "+++", layout_event),
     Entry("protocol/layout.md", "f967473a", "+++", layout_result),
-    Entry("protocol/layout.md", "87ce7576", "jpfs(refactor/research-errors)", layout_commit),
+    Entry("protocol/layout.md", "68a7d836", "jpfs(refactor/research-errors)", layout_commit),
     Entry("protocol/lifecycle.md", "a854791e", "fork(prompt)", lifecycle_diagram),
     Entry("protocol/mail.md", "5901d778", "+++", mail_message),
     Entry("protocol/mail.md", "60e37cc5", "+++", mail_status),
@@ -1612,7 +1612,7 @@ DOCS: list[Entry] = [
     Entry("protocol/onboarding.md", "c76c0b27", "# Questions", onboarding_questions),
     Entry("protocol/onboarding.md", "489bde1a", "Refactor the billing", onboarding_brief),
     Entry("protocol/onboarding.md", "7e6aee93", "import jpfs", python_onboarding),
-    Entry("protocol/onboarding.md", "9c0e1061", "$ jpfs query --new", transcript),
+    Entry("protocol/onboarding.md", "ea6a4449", "$ jpfs query --new", transcript),
     Entry("protocol/record.md", "e1f91435", "git -C conversations log", record_reading),
     Entry("protocol/record.md", "5a9c9f6a", "git push origin", record_push),
     Entry("protocol/record.md", "0fcec3f8", "jpfs migrate", record_migrate),

@@ -74,3 +74,62 @@ def test_answers_without_a_round_heading_are_reported(hostile_ws: Path) -> None:
         assert not (conv / "result.md").exists()
         (conv / "answers.md").write_text("## Round 1\n\nThe parser.\n", encoding="utf-8")
         wait_until(lambda: (conv / "result.md").exists(), timeout=15, message="the run")
+
+
+def test_a_name_that_is_not_utf8_does_not_stop_anyone_elses_commits(daemon: Path) -> None:
+    """Left out of the record (git paths are text here) and reported; a user's notes in
+    another conversation are committed as ever, and the daemon stays up."""
+    import os
+
+    root = os.fsencode(daemon / "conversations")
+    bad = os.path.join(root, b"bad-\xff\xfe")
+    os.mkdir(bad)
+    with open(os.path.join(bad, b"notes.md"), "wb") as fh:
+        fh.write(b"not utf-8 named\n")
+    (daemon / "conversations" / "mine").mkdir()
+    (daemon / "conversations" / "mine" / "notes.md").write_text("mine\n", encoding="utf-8")
+    wait_until(
+        lambda: "mine/notes.md" in rgit(daemon, "ls-tree", "-r", "--name-only", "HEAD"),
+        timeout=20,
+        message="the user's notes committed",
+    )
+    wait_until(lambda: "not valid UTF-8" in last_error(daemon), timeout=20)
+    # Inside a conversation too: its run's commits go on.
+    with open(os.path.join(root, b"mine", b"odd-\xff.md"), "wb") as fh:
+        fh.write(b"x\n")
+    (daemon / "conversations" / "mine" / "more.md").write_text("more\n", encoding="utf-8")
+    wait_until(
+        lambda: "mine/more.md" in rgit(daemon, "ls-tree", "-r", "--name-only", "HEAD"),
+        timeout=20,
+        message="the next edit committed",
+    )
+    listed = jpfs_subprocess("conversation", "ls", cwd=daemon)
+    tree = jpfs_subprocess("tree", cwd=daemon)
+    assert listed.returncode == 0 and tree.returncode == 0, listed.stderr + tree.stderr
+    assert_healthy(daemon)
+
+
+def test_deeply_nested_toml_breaks_only_its_own_conversation(
+    hostile_ws: Path,
+) -> None:
+    from tests.conftest import git
+
+    for name in ("fine", "deep"):
+        (hostile_ws / "conversations" / name).mkdir()
+    (hostile_ws / "conversations" / "fine" / "conversation.toml").write_text(
+        'agent = "careful"\ntitle = "fine"\n', encoding="utf-8"
+    )
+    deep = "a = " + "[" * 5000 + "]" * 5000 + "\n"
+    (hostile_ws / "conversations" / "deep" / "conversation.toml").write_text(deep, "utf-8")
+    (hostile_ws / "conversations" / "deep" / "task.md").write_text("x\n", encoding="utf-8")
+    events = hostile_ws / "conversations" / "fine" / "events"
+    events.mkdir()
+    (events / "0001-user.md").write_text("+++\nx = " + "{a=" * 3000 + "1" + "}" * 3000
+                                         + "\n+++\nhi\n", encoding="utf-8")  # fmt: skip
+    del git
+    for argv in (("tree",), ("conversation", "ls"), ("conversation", "ls", "--tree")):
+        done = jpfs_subprocess(*argv, cwd=hostile_ws)
+        assert done.returncode == 0, (argv, done.stderr)
+        assert "broken" in done.stdout and "fine" in done.stdout, done.stdout
+    shown = jpfs_subprocess("conversation", "print", "fine", cwd=hostile_ws)
+    assert shown.returncode == 1 and "nested too deeply" in shown.stderr

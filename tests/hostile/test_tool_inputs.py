@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from jpfs.core.tool import check_arguments
 from jpfs.errors import ToolError
 from jpfs.tools.registry import catalog
+from tests.conftest import rgit
 
 CONFIG: dict[str, Any] = {"name": "t", "tools": {"agents": ["helper"]}}
 TOOLS = catalog(CONFIG)
@@ -49,3 +51,27 @@ def test_nulls_count_as_absent_and_valid_input_passes() -> None:
         "id": "a/b",
         "query": "go on",
     }
+
+
+def test_a_bad_last_is_refused_alike_by_the_cli_and_the_tools(ws: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """One check in the core: `--last -3` is the same error through every way in."""
+    from jpfs.core.tool import ToolContext, check_arguments
+    from jpfs.core.workspace import open_workspace
+    from jpfs.errors import JpfsError
+    from jpfs.tools.registry import build_tools
+
+    assert cli("c", "new", "a", "--no-activate").code == 0
+    assert cli("c", "new", "a/b", "--no-activate").code == 0
+    head = rgit(ws, "rev-parse", "HEAD")
+    for argv in (("c", "fork", "a", "--last", "-3"), ("c", "print", "a", "--last", "-3")):
+        refused = cli(*argv)
+        assert refused.code == 2, (argv, refused.stderr)
+        assert "last must be a number of events >= 0, got -3" in refused.stderr
+    assert rgit(ws, "rev-parse", "HEAD") == head  # no half-made child
+    w = open_workspace(ws)
+    tool = build_tools({"tools": {"allow": ["jp_conversation_print"]}}, None)[
+        "jp_conversation_print"
+    ]
+    ctx = ToolContext(w.root, "a", w.root, services={"ws": w})
+    with pytest.raises(JpfsError, match="last"):
+        tool.run(ctx, check_arguments(tool, {"id": "a/b", "last": -3}))

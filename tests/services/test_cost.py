@@ -453,7 +453,7 @@ def test_budget_options_of_the_cli(
     conv = top_id(ws)
     assert len(api_env.requests) == 1
     again = cli("query", "--id", conv, "--budget-tokens", "5", "more")
-    assert again.code == 2 and "only apply to a new conversation" in again.stderr
+    assert again.code == 2 and "applies only to a new conversation" in again.stderr
     zero = cli("query", "--agent", "child", "--new", "--budget-usd", "0", "x")
     assert zero.code == 1 and "budget_usd must be a number > 0" in zero.stderr
 

@@ -256,3 +256,19 @@ def test_questions_come_back_from_the_daemon_as_from_the_cli(ws: Path) -> None:
         second = jpfs_subprocess("query", "--id", conv[0], "Postgres", cwd=ws)
     assert second.returncode == 4 and "Any deadline?" in second.stdout, second.stderr
     assert handed_over(ws) == [conv[0], conv[0]]
+
+
+def test_queries_in_a_row_on_one_conversation_never_fail_as_busy(
+    talker_ws: Path, api_env: MessagesServer
+) -> None:
+    """The daemon looks at a conversation once its run ended (the run's own commits wake
+    it): a query right after another waits for that look instead of failing."""
+    api_env.responder = lambda request: text_reply("Here it is.")
+    with running_daemon(talker_ws):
+        first = jpfs_subprocess("query", "--new", "Go.", cwd=talker_ws)
+        assert first.returncode == 0, first.stderr
+        conv = re.findall(r"conversation (\S+)", first.stderr)[-1]
+        for n in range(6):
+            again = jpfs_subprocess("query", "--id", conv, f"Again {n}.", cwd=talker_ws)
+            assert (again.returncode, again.stdout) == (0, "Here it is.\n"), again.stderr
+    assert len(api_env.requests) == 7

@@ -59,6 +59,9 @@ def new(
         str | None, typer.Option("--tmp", help="Expire after DURATION (30m, 2h, 1d); see gc.")
     ] = None,
     no_activate: Annotated[bool, typer.Option("--no-activate")] = False,
+    no_onboard: Annotated[
+        bool, typer.Option("--no-onboard", help="Skip onboarding: the agent starts work.")
+    ] = False,
     root_id: RootId = None,
 ) -> None:
     """Create a conversation and print its id."""
@@ -78,6 +81,7 @@ def new(
         hidden=hidden,
         tmp=lifecycle.parse_duration(tmp) if tmp else None,
         activate=not no_activate,
+        onboarding=False if no_onboard else None,
     )
     out(conv.id)
 

@@ -179,7 +179,6 @@ def query(
             for name, on in (
                 ("--new", new),
                 ("--agent", agent is not None),
-                ("--no-onboard", no_onboard),
                 ("--hidden", hidden),
                 ("--tmp", tmp is not None),
                 ("--budget-tokens", budget_tokens is not None),
@@ -189,7 +188,8 @@ def query(
         ]
         if given:
             raise typer.BadParameter(
-                f"{', '.join(given)} only apply to a new conversation; --id continues"
+                f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a new"
+                " conversation; --id continues"
                 " an existing one (drop them, or start a new one with --new)",
                 param_hint="--id",
             )

@@ -208,6 +208,8 @@ class Worktree:
                 child = f"{rel}/{entry.name}" if rel else entry.name
                 if entry.name.lower() == ".git" or child == _LOCAL_DIR:
                     continue
+                if not _utf8(entry.name):
+                    continue  # no path of ours (git paths are text here); the daemon says so
                 tracked = tip.contains(child)
                 try:
                     st = entry.stat(follow_symlinks=False)
@@ -226,3 +228,11 @@ class Worktree:
                 if blob is not None:
                     files[child] = blob
         return files
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -211,18 +211,43 @@ def commit_edits(ws: Workspace, conv_id: str, rels: list[str]) -> str | None:
     return record.commit(ws, conv_id, event, paths=paths, note=note)
 
 
-def dirty(ws: Workspace, head: Head, paths: set[str]) -> dict[str, list[str]]:
+def dirty(
+    ws: Workspace,
+    head: Head,
+    paths: set[str],
+    on_error: Callable[[str], None] = lambda _: None,
+) -> dict[str, list[str]]:
     """Files among ``paths`` (root-relative, directories expanded) that differ from
-    HEAD, by conversation."""
+    HEAD, by conversation. A name that is not valid UTF-8 is left out and reported
+    (:func:`unnamed`): it cannot be a path of the record, and must not hold up the files
+    around it."""
     if not paths:
         return {}
     head.refresh()
     groups: dict[str, set[str]] = {}
     for path in paths:
+        if unnamed(path, on_error):
+            continue
         for rel in expand(ws, head, path):
-            if differs(ws, head, rel):
+            if not unnamed(rel, on_error) and differs(ws, head, rel):
                 groups.setdefault(conv_of(rel)[0], set()).add(rel)
     return {conv_id: sorted(rels) for conv_id, rels in groups.items()}
+
+
+def unnamed(rel: str, on_error: Callable[[str], None]) -> bool:
+    """Whether ``rel`` (as ``os.fsdecode`` gave it) is not valid UTF-8; then reported."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = rel.encode("utf-8", "backslashreplace").decode("ascii", "replace")
+        message = (
+            f"{shown} is not valid UTF-8: it is left out of the record (git paths are"
+            " text here). Rename it"
+        )
+        log.warning("%s", message)
+        on_error(message)
+        return True
+    return False
 
 
 def commit_all(

@@ -270,7 +270,7 @@ class Reconciler:
 
     def dirty(self, paths: set[str]) -> dict[str, list[str]]:
         assert self.head is not None
-        return edits.dirty(self.ws, self.head, paths)
+        return edits.dirty(self.ws, self.head, paths, self.on_error)
 
     def conclude(self, item: Serving, committed: set[str]) -> None:
         """Still under the lock: what the committed files call for; record a broken one."""
