@@ -126,13 +126,42 @@ def jpfs_subprocess(
 
 @contextlib.contextmanager
 def running_daemon(ws: Path) -> Iterator[Path]:
-    """``jpfs daemon start`` in ``ws``, and always ``jpfs daemon stop --force`` after."""
+    """``jpfs daemon start`` in ``ws``, and always ``jpfs daemon stop --force`` after; a
+    daemon that did not stop within its timeout fails the test (and is killed, so that
+    the suite leaves no jpfs process behind)."""
     started = jpfs_subprocess("daemon", "start", cwd=ws)
     assert started.returncode == 0, started.stderr
+    pid = daemon_pid(ws)
     try:
         yield ws
     finally:
-        jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=ws)
+        stopped = jpfs_subprocess("daemon", "stop", "--force", "--timeout", "20", cwd=ws)
+        # `stop` returns once the daemon let go of its lock; the process ends right after.
+        deadline = time.monotonic() + 10
+        while pid is not None and process_alive(pid) and time.monotonic() < deadline:
+            threading.Event().wait(0.02)
+        alive = pid is not None and process_alive(pid)
+        if alive:
+            assert pid is not None
+            os.kill(pid, 9)
+        assert stopped.returncode == 0 and not alive, f"the daemon did not stop: {stopped.stderr}"
+
+
+def daemon_pid(ws: Path) -> int | None:
+    try:
+        text = (ws / ".jpfs" / "local" / "daemon.pid").read_text(encoding="ascii")
+    except OSError:
+        return None
+    return int(text.split()[0]) if text.strip() else None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not reaped, does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def wait_until(

@@ -52,6 +52,10 @@ _DONE = "done"
 _RESCAN = "rescan"
 
 
+# What the daemon's waits take items from: see Reconciler.inbox for why not SimpleQueue.
+Inbox = queue.Queue
+
+
 @dataclass
 class Serving:
     """A conversation being looked at, its run lock held."""
@@ -80,7 +84,11 @@ class Reconciler:
         self.settle = settle
         self.scan_interval = scan_interval
         self.on_error = on_error
-        self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        # A Queue, not a SimpleQueue: the main thread waits on it, and a signal landing in
+        # SimpleQueue.get(timeout=...) can leave that wait unending (CPython 3.11, 3.12:
+        # its C lock wait does not resume right after the handler ran), so that
+        # `daemon stop`, even --force, timed out until something else was queued.
+        self.inbox: queue.Queue[object] = Inbox()
         self.settling = Settling(ws.conv_root)  # files touched, until they settle
         self.due: dict[str, float] = {}  # conversation id -> when to look at it
         self.backoff: dict[str, float] = {}  # locked elsewhere: seconds until the next look

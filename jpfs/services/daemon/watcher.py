@@ -132,7 +132,7 @@ _OVERFLOW = object()
 class OverflowProbe(logging.Handler):
     """watchdog reports an inotify queue overflow only as a log warning: catch it."""
 
-    def __init__(self, sink: queue.SimpleQueue[object]) -> None:
+    def __init__(self, sink: queue.Queue[object]) -> None:
         super().__init__(logging.WARNING)
         self.sink = sink
 
@@ -142,7 +142,7 @@ class OverflowProbe(logging.Handler):
 
 
 class _Handler(wd_events.FileSystemEventHandler):
-    def __init__(self, root: str, filters: Sequence[Filter], sink: queue.SimpleQueue[object]):
+    def __init__(self, root: str, filters: Sequence[Filter], sink: queue.Queue[object]):
         self.root = root
         self.filters = filters
         self.sink = sink
@@ -170,7 +170,7 @@ class _Handler(wd_events.FileSystemEventHandler):
 
 
 def _collect(
-    sink: queue.SimpleQueue[object], stop: threading.Event, debounce: float, step: float,
+    sink: queue.Queue[object], stop: threading.Event, debounce: float, step: float,
     max_wait: float,
 ) -> Batch:  # fmt: skip
     """Wait for a first event, then gather until quiet for ``debounce`` (or ``max_wait``).
@@ -233,7 +233,7 @@ def watch(
     reported. ``step`` bounds how long ``stop`` may go unnoticed.
     """
     root_text = os.fspath(root.resolve())
-    sink: queue.SimpleQueue[object] = queue.SimpleQueue()
+    sink: queue.Queue[object] = queue.Queue()
     probe = OverflowProbe(sink)
     inotify_log = logging.getLogger(_INOTIFY_LOGGER)
     inotify_log.addHandler(probe)
