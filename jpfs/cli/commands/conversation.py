@@ -36,6 +36,16 @@ BudgetUsd = Annotated[
 ]
 
 
+def subtree(ws: Workspace, conv_id: str | None, root_id: str | None) -> str | None:
+    """The subtree a command shows: ID (within --root-id), --root-id, or all (None)."""
+    from jpfs.core import scope
+
+    if root_id is not None:
+        root_id = scope.resolve(ws.conv_root, root_id)
+        return scope.resolve(ws.conv_root, conv_id, within=root_id) if conv_id else root_id
+    return scope.resolve(ws.conv_root, conv_id) if conv_id is not None else None
+
+
 def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
     """The id to act on (the active one if omitted), checked against --root-id in the core."""
     from jpfs.core import scope

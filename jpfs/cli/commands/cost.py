@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import RootId
+from jpfs.cli.commands.conversation import RootId, subtree
 from jpfs.cli.context import Format, note, out_json, out_table, state
 
 
@@ -30,18 +30,11 @@ def cost(
 ) -> None:
     """Tokens and dollars spent by model calls (the whole record without ID): the four
     usage counts and cost_usd per conversation or per model, and their total."""
-    from jpfs.core import scope
     from jpfs.core.usage import dollars
     from jpfs.services import costs
 
     ws = state.ws()
-    under = conv_id
-    if root_id is not None:
-        root_id = scope.resolve(ws.conv_root, root_id)
-        under = scope.resolve(ws.conv_root, conv_id, within=root_id) if conv_id else root_id
-    elif conv_id is not None:
-        under = scope.resolve(ws.conv_root, conv_id)
-    result = costs.report(ws, under, by=by, since=since, until=until)
+    result = costs.report(ws, subtree(ws, conv_id, root_id), by=by, since=since, until=until)
     if fmt == "json":
         out_json(result.to_json())
         return

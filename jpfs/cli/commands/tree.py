@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import RootId
+from jpfs.cli.commands.conversation import RootId, subtree
 from jpfs.cli.context import Format, out, out_json, state, table
 
 if TYPE_CHECKING:
@@ -59,16 +59,10 @@ def show(
     count: int,
     include_hidden: bool,
 ) -> None:
-    from jpfs.core import scope
     from jpfs.services.status_view import TreeView, daemon_line
 
     ws = state.ws()
-    under = conv_id
-    if root_id is not None:
-        root_id = scope.resolve(ws.conv_root, root_id)
-        under = scope.resolve(ws.conv_root, conv_id, within=root_id) if conv_id else root_id
-    elif conv_id is not None:
-        under = scope.resolve(ws.conv_root, conv_id)
+    under = subtree(ws, conv_id, root_id)
     view = TreeView(ws)
     clear = watch and sys.stdout.isatty()
     pause = threading.Event()

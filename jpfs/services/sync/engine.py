@@ -230,6 +230,8 @@ class SyncEngine:
                 return True
             result = gitremote.push(self.repo, self.remote, updates)
             if result.ok:
+                if send:
+                    self._scanned.clear()  # pushed: theirs holds it now, never scanned again
                 self.stats.pushes += 1
                 self.stats.last_push = time.time()
                 if send and ours is not None:
