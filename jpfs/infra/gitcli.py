@@ -24,6 +24,10 @@ def run(
             cwd=cwd,
             capture_output=True,
             text=True,
+            # Paths git prints are bytes: one that is not UTF-8 comes back as os.fsdecode
+            # spells it (as os.scandir does), never as an error that stops the caller.
+            encoding="utf-8",
+            errors="surrogateescape",
             input=input,
             check=False,
             env=env,

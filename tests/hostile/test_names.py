@@ -133,3 +133,23 @@ def test_deeply_nested_toml_breaks_only_its_own_conversation(
         assert "broken" in done.stdout and "fine" in done.stdout, done.stdout
     shown = jpfs_subprocess("conversation", "print", "fine", cwd=hostile_ws)
     assert shown.returncode == 1 and "nested too deeply" in shown.stderr
+
+
+def test_a_name_that_is_not_utf8_found_at_start_does_not_stop_the_catch_up(
+    hostile_ws: Path,
+) -> None:
+    import os
+
+    root = os.fsencode(hostile_ws / "conversations")
+    os.mkdir(os.path.join(root, b"bad-\xff"))
+    with open(os.path.join(root, b"bad-\xff", b"notes.md"), "wb") as fh:
+        fh.write(b"x\n")
+    (hostile_ws / "conversations" / "mine").mkdir()
+    (hostile_ws / "conversations" / "mine" / "notes.md").write_text("mine\n", encoding="utf-8")
+    with running_daemon(hostile_ws):
+        wait_until(
+            lambda: "mine/notes.md" in rgit(hostile_ws, "ls-tree", "-r", "--name-only", "HEAD"),
+            timeout=20,
+            message="the user's notes committed by the catch-up",
+        )
+        assert_healthy(hostile_ws)

@@ -288,6 +288,8 @@ def report_misnamed(rels: list[str], on_error: Callable[[str], None]) -> None:
     """Files under a directory whose name is no conversation id are still committed
     (nothing is lost), but never silently: the user is told what to rename."""
     for top in sorted({rel.split("/", 1)[0] for rel in rels if "/" in rel}):
+        if not top.isprintable() or unnamed(top, lambda _: None):
+            continue  # not UTF-8: said by unnamed(), and not to be printed as it is
         try:
             ids.validate(top)
         except IdError as exc:

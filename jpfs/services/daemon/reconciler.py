@@ -341,6 +341,8 @@ class Reconciler:
         """
         trailers = (("Jpfs-Event", "recover"),)
         paths = edits.pending(self.ws)
+        if paths is not None:
+            paths = [p for p in paths if not edits.unnamed(p, self.on_error)]
         if paths is not None and before_ns is not None:
             later = {p for p in paths if not _changed_before(self.ws.root / p, before_ns)}
             for path in sorted(later):
