@@ -244,3 +244,26 @@ def clone_sharing(remote: Path, path: Path, cli: Callable[..., Result]) -> Path:
     done = cli("sync", cwd=path)
     assert done.code == 0, done.stderr
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_jpfs_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite leaves no jpfs process behind: at the end of a session (of each worker),
+    a jpfs process still running in one of its workspaces fails it, and is killed."""
+    yield
+    base = str(tmp_path_factory.getbasetemp())
+    left = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        text = b" ".join(argv).decode("utf-8", "replace")
+        if "jpfs" in text and base in text and process_alive(int(entry)):
+            left.append(text)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry), 9)
+    assert not left, "jpfs processes left running by the suite: " + "; ".join(left)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Self
 
-from jpfs.core import frontmatter, secrets
+from jpfs.core import frontmatter
 from jpfs.errors import ArgumentError, ConversationGone, ExistsError
 from jpfs.infra import fsclock, textfile
 
@@ -249,7 +249,10 @@ class EventLog:
                 {**c, "input": json.dumps(c["input"], sort_keys=True)} for c in full["tool_calls"]
             ]
         # Nothing recognised as a secret is recorded (the record is shared): redacted,
-        # and counted where anyone reading the event sees it (jpfs.core.secrets).
+        # and counted where anyone reading the event sees it. Imported here: writers
+        # only, so that reading commands do not pay for it.
+        from jpfs.core import secrets
+
         found: Counter[str] = Counter()
         body = secrets.redact_tree(body, found)
         full = secrets.redact_tree(full, found)

@@ -23,10 +23,12 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jpfs.errors import ConfigError
-from jpfs.infra.providers.base import Usage
+
+if TYPE_CHECKING:  # read only: every command loads the config, which checks [prices]
+    from jpfs.infra.providers.base import Usage
 
 FIELDS = ("input", "output", "cache_read", "cache_creation")
 

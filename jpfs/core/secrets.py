@@ -23,13 +23,12 @@ redacted wherever they appear, whatever their format.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import re2  # type: ignore[import-untyped]
 
 # kind -> RE2 pattern. A ``keep`` group is kept before the marker (the name of a setting
 # whose value is the secret); everything else matched is replaced.
@@ -72,13 +71,15 @@ SECRET_NAMES = (
 )  # fmt: skip
 
 
-def _options() -> Any:
+@functools.cache
+def _compiled() -> dict[str, Any]:
+    """The patterns, compiled on first use: commands that only read (``ls``) never pay
+    for RE2's import and compilation (5 ms)."""
+    import re2  # type: ignore[import-untyped]
+
     options = re2.Options()
     options.log_errors = False
-    return options
-
-
-_COMPILED = {kind: re2.compile(pattern, _options()) for kind, pattern in PATTERNS.items()}
+    return {kind: re2.compile(pattern, options) for kind, pattern in PATTERNS.items()}
 
 
 def marker(kind: str) -> str:
@@ -102,7 +103,7 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> tuple[str, Co
         if value in text:
             counts["provider-key"] += text.count(value)
             text = text.replace(value, marker("provider-key"))
-    for kind, pattern in _COMPILED.items():
+    for kind, pattern in _compiled().items():
         if not _maybe(kind, text):
             continue
 
@@ -160,7 +161,7 @@ def scan(text: str, environ: Mapping[str, str] | None = None) -> Iterator[Findin
         while start != -1:
             yield Finding("provider-key", text.count("\n", 0, start) + 1)
             start = text.find(value, start + 1)
-    for kind, pattern in _COMPILED.items():
+    for kind, pattern in _compiled().items():
         if not _maybe(kind, text):
             continue
         for match in pattern.finditer(text):

@@ -69,15 +69,19 @@ def applying(ws: Workspace, conv: Conversation) -> list[Budget]:
     return out
 
 
-def check(ws: Workspace, conv: Conversation, model: str) -> None:
-    """Refuse the next model call of ``conv`` (on ``model``) if a budget is spent."""
-    for budget in applying(ws, conv):
+def check(
+    ws: Workspace, conv: Conversation, model: str, budgets: list[Budget] | None = None
+) -> None:
+    """Refuse the next model call of ``conv`` (on ``model``) if a budget is spent.
+    ``budgets``: :func:`applying`'s answer, when the caller keeps it (a run does)."""
+    for budget in applying(ws, conv) if budgets is None else budgets:
         spent = ws.spending.subtree(budget.holder)
         whose = _whose(budget.holder, conv.id)
         if budget.tokens is not None and spent.tokens >= budget.tokens:
             raise BudgetError(
                 f"budget spent: {whose} used {spent.tokens:,} tokens of budget_tokens ="
-                f" {budget.tokens:,} ({spent.text()}); no further model call"
+                f" {budget.tokens:,} ({spent.text()}); no further model call."
+                + _going_on(budget.holder, conv.id, "budget_tokens")
             )
         if budget.usd is None:
             continue
@@ -89,8 +93,17 @@ def check(ws: Workspace, conv: Conversation, model: str) -> None:
         if spent.cost_usd >= budget.usd:
             raise BudgetError(
                 f"budget spent: {whose} cost {dollars(spent.cost_usd)} of budget_usd ="
-                f" {budget.usd:g} ({spent.text()}); no further model call"
+                f" {budget.usd:g} ({spent.text()}); no further model call."
+                + _going_on(budget.holder, conv.id, "budget_usd")
             )
+
+
+def _going_on(holder: str, conv_id: str, key: str) -> str:
+    return (
+        f" To go on: raise limits.{key} in {holder}/conversation.toml ([config.limits];"
+        f" in its profile too, if that is the profile's limit), then give {conv_id}"
+        f" new input or `jpfs retry {conv_id}`"
+    )
 
 
 def _whose(holder: str, conv_id: str) -> str:
@@ -157,11 +170,18 @@ class RunLimits:
     ws: Workspace
     _clocks: dict[str, tuple[float, float]] = field(default_factory=dict)  # deadline, limit
     _before: dict[str, Spend] = field(default_factory=dict)
+    # The budgets that bound each run's conversation: snapshots never change, so they are
+    # read once per run, not before every call.
+    _budgets: dict[str, list[Budget]] = field(default_factory=dict)
+    _runs: set[str] = field(default_factory=set)
 
     @contextlib.contextmanager
     def running(self, conv: Conversation) -> Iterator[None]:
-        """Around one run of ``conv``: its clock starts, and its spending is counted."""
-        self._before[conv.id] = self.ws.spending.subtree(conv.id)
+        """Around one run of ``conv``: its clock starts, and its spending is counted
+        (for a sub-agent, whose status mail says what the run cost)."""
+        self._runs.add(conv.id)
+        if ids.parent(conv.id) is not None:
+            self._before[conv.id] = self.ws.spending.subtree(conv.id)
         limit = conv.config.get("limits", {}).get("max_run_seconds") if conv.config else None
         if isinstance(limit, int | float) and not isinstance(limit, bool):
             self._clocks[conv.id] = (time.monotonic() + float(limit), float(limit))
@@ -170,6 +190,8 @@ class RunLimits:
         finally:
             self._clocks.pop(conv.id, None)
             self._before.pop(conv.id, None)
+            self._budgets.pop(conv.id, None)
+            self._runs.discard(conv.id)
 
     def check_clock(self, conv: Conversation) -> None:
         """Stop a run whose ``limits.max_run_seconds`` has passed."""
@@ -186,7 +208,12 @@ class RunLimits:
     ) -> Reply:
         """One model call of ``conv``: refused when a budget or the run's time is spent,
         and cut at the run's deadline (``complete`` gets the event to stop by)."""
-        check(self.ws, conv, model)
+        budgets = self._budgets.get(conv.id)
+        if budgets is None:
+            budgets = applying(self.ws, conv)
+            if conv.id in self._runs and conv.config:  # within a run, its snapshot final
+                self._budgets[conv.id] = budgets
+        check(self.ws, conv, model, budgets)
         clock = self._clocks.get(conv.id)
         if clock is None:
             return complete(cancel)

@@ -564,6 +564,7 @@ def test_processes_commit_concurrently(repo: Path) -> None:
 def test_user_git_commits_interleave_with_jpfs(repo: Path) -> None:
     user_commits = 8
     stop = threading.Event()
+    pause = threading.Event()  # never set: a user's pause between retries
     errors: list[BaseException] = []
 
     def run_git_until_ok(*args: str) -> None:
@@ -573,7 +574,7 @@ def test_user_git_commits_interleave_with_jpfs(repo: Path) -> None:
         deadline = time.monotonic() + 30
         while subprocess.run(["git", *args], cwd=repo, capture_output=True).returncode:
             assert time.monotonic() < deadline, f"git {args} kept failing"
-            time.sleep(0.05)
+            pause.wait(0.05)  # the user's pause before retrying
 
     def user() -> None:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -366,6 +367,18 @@ def test_a_runaway_loop_stops_at_its_budget_within_one_call(
     shown = show(cli, conv)
     assert shown["status"] == "failed" and "3,300 tokens of budget_tokens" in shown["error"]
     assert "error: budget spent" in cli("conversation", "show", conv).stdout
+    # What the error says to do works: a larger budget, then new input, goes on.
+    assert f"raise limits.budget_tokens in {conv}/conversation.toml" in result.stderr
+    for path in (
+        ws / ".jpfs" / "agents" / "child.toml",
+        ws / "conversations" / conv / "conversation.toml",
+    ):
+        path.write_text(
+            path.read_text(encoding="utf-8").replace("budget_tokens = 3000", "budget_tokens = 5000")
+        )
+    more = cli("query", "--id", conv, "go on")
+    assert more.code == 1 and "5,500 tokens of budget_tokens = 5,000" in more.stderr
+    assert len(api_env.requests) == 5  # two more calls: at 3,300 and 4,400 spent
 
 
 def test_a_runaway_child_is_stopped_by_the_budget_its_caller_gave_it(
@@ -611,3 +624,20 @@ def test_a_budget_holds_on_another_machine_that_shares_the_record(
     assert len(api_env.requests) == calls  # no call from the other machine
     shown = json.loads(cli("conversation", "show", conv, "--format", "json", cwd=other).stdout)
     assert shown["usage"]["input_tokens"] == 2000
+
+
+def test_jpfs_fork_gives_a_child_a_budget_within_what_is_left(
+    ws: Path, api_env: MessagesServer, cli: Callable[..., Result]
+) -> None:
+    setup(ws, child=CHILD.replace("max_turns = 40", "max_turns = 40\nbudget_tokens = 5000"))
+    api_env.enqueue(text_reply("done", input_tokens=1000, output_tokens=100))
+    assert cli("query", "--agent", "child", "go").code == 0
+    parent = top_id(ws)
+    refused = cli("fork", parent, "--budget-tokens", "9000", "--no-start", "-p", "more")
+    assert refused.code == 1
+    assert f"budget_tokens = 9,000 is more than {parent} has left (3,900 tokens)" in refused.stderr
+    forked = cli("fork", parent, "--budget-tokens", "1000", "--no-start", "-p", "more")
+    assert forked.code == 0, forked.stderr
+    child = forked.stdout.strip()
+    config = tomllib.loads((ws / "conversations" / child / "conversation.toml").read_text("utf-8"))
+    assert config["config"]["limits"]["budget_tokens"] == 1000

@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -117,8 +116,8 @@ def test_three_daemons_share_the_work_and_survive_a_sigkill(
 ) -> None:
     def respond(request: dict[str, object]) -> object:
         assert TASK_RE.search(last_user_text(request)), request
-        time.sleep(0.02)  # a model that takes a moment: runs overlap, the kill lands mid-run
-        return text_reply("Done.")
+        # A model that takes a moment: runs overlap, the kill lands mid-run.
+        return text_reply("Done.", delay=0.02)
 
     api_env.responder = respond  # type: ignore[assignment]
 
