@@ -38,6 +38,10 @@ class State:
             self._ws = open_workspace(self.workspace, self.cfg)
         return self._ws
 
+    def policy_notes(self) -> dict[str, str]:
+        """What of ``.jpfs/`` the last good copy stood in for in this command."""
+        return dict(self._ws.notes) if self._ws is not None else {}
+
     def local_dir(self) -> Path:
         """``.jpfs/local`` of the workspace, found without loading its configuration:
         daemon control works whatever config.toml says."""

@@ -12,7 +12,7 @@ import typer
 
 from jpfs.cli import error_handler, startup
 from jpfs.cli.argv import hoist_global_options
-from jpfs.cli.context import state
+from jpfs.cli.context import note, state
 from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox; cheap)
 
 # The command modules (jpfs/cli/commands/), in the order help lists them, and the groups
@@ -104,7 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     code = error_handler.run(
         lambda: startup.only(app, args)(args=args, prog_name="jpfs", standalone_mode=False)
     )
+    report_policy()
     return code if isinstance(code, int) else 0
+
+
+def report_policy() -> None:
+    """Say on stderr what of ``.jpfs/`` the last good copy stood in for (a branch
+    without it, a broken or untrusted profile): the command ran, but not on the files
+    the user sees."""
+    for path, why in sorted(state.policy_notes().items()):
+        note(f"jpfs: note: {path}: {why} (the last good copy stood in)")
 
 
 if __name__ == "__main__":

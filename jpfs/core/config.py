@@ -124,6 +124,11 @@ def read_toml(
         return None
     except OSError as exc:
         raise error(f"{name}: cannot read it: {exc.strerror}") from exc
+    return parse_toml(data, error, name)
+
+
+def parse_toml(data: bytes, error: type[JpfsError], name: str) -> dict[str, Any]:
+    """TOML bytes as data, or ``error`` naming ``name`` and the problem."""
     try:
         return tomllib.loads(decode(data, Path(name)))
     except FormatError as exc:
@@ -138,7 +143,12 @@ def load_file(path: Path) -> dict[str, Any]:
     data = read_toml(path, ConfigError)
     if data is None:
         return {}
-    return {k: check(k, v, str(path)) for k, v in flatten(data).items()}
+    return checked(data, str(path))
+
+
+def checked(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A config file's data as checked keys and values (:class:`ConfigError` if not)."""
+    return {k: check(k, v, where) for k, v in flatten(data).items()}
 
 
 @dataclass

@@ -294,7 +294,8 @@ def check_last(last: int | None) -> None:
     """``last`` (a number of events, from a caller) is None or >= 0: the one check for
     the CLI, the tools and MCP alike."""
     if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 0):
-        raise ArgumentError(f"last must be a number of events >= 0, got {last!r}")
+        # Worded as the tools' schema check words it (jpfs.core.tool.check_arguments).
+        raise ArgumentError(f"argument 'last' must be at least 0, got {last!r}")
 
 
 def _settled(st: os.stat_result) -> bool:

@@ -28,7 +28,7 @@ _last: tuple[int, int] = (0, 0)
 def validate(conv_id: str) -> str:
     """Return the canonical form of ``conv_id`` or raise :class:`IdError` saying why."""
     if not isinstance(conv_id, str) or not conv_id:
-        raise IdError("conversation id is empty")
+        raise IdError("conversation id must not be empty")
     if "\x00" in conv_id:
         raise IdError("conversation id contains a NUL byte")
     if conv_id.startswith("/") or conv_id.startswith("\\"):

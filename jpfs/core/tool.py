@@ -107,6 +107,8 @@ def _message(error: Any) -> str:
         return "must not be empty"
     if kind == "minimum":
         return f"must be at least {value}"
+    if kind == "exclusiveMinimum":
+        return f"must be greater than {value}"
     if kind == "maximum":
         return f"must be at most {value}"
     return str(error.message)

@@ -2,6 +2,12 @@
 
 Finding a workspace never runs git: it walks up from the current directory looking
 for ``.jpfs/config.toml``, so read-only commands start fast.
+
+``.jpfs/`` is committed on the user's branch, so a checkout, a bisect or a stash can
+take it away for a while. The last good ``config.toml`` is therefore kept in
+``.jpfs/local/policy/`` (machine-local, never committed) and stands in for it while the
+branch has none (:mod:`jpfs.services.policy` does the same for the agent profiles).
+``Workspace.notes`` says when it does.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jpfs.core import config as config_mod
-from jpfs.errors import ScopeError, WorkspaceError
+from jpfs.errors import ConfigError, ScopeError, WorkspaceError
 
 if TYPE_CHECKING:
     from jpfs.core.ledger import Book
@@ -25,12 +31,17 @@ if TYPE_CHECKING:
 JPFS_DIR = ".jpfs"
 LOCAL_DIR = ".jpfs/local"
 WORKTREES_DIR = ".jpfs/local/worktrees"
+# The last good copy of .jpfs/ (config.toml, agents/*.toml): see the module docstring.
+KEPT_DIR = ".jpfs/local/policy"
 
 
 @dataclass(frozen=True)
 class Workspace:
     root: Path
     config: config_mod.Config = field(compare=False)
+    # What stands in for a missing or invalid part of .jpfs/, and why (file -> reason);
+    # filled as the policy is read, shown by `jpfs daemon status`.
+    notes: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def jpfs_dir(self) -> Path:
@@ -42,7 +53,13 @@ class Workspace:
 
     @property
     def agents_dir(self) -> Path:
+        """The branch's profiles (what `jpfs trust` reviews); runs read them through
+        :func:`jpfs.services.policy.load_profile`, which falls back on the kept copy."""
         return self.jpfs_dir / "agents"
+
+    @property
+    def kept_dir(self) -> Path:
+        return self.root / KEPT_DIR
 
     @property
     def conv_root_rel(self) -> str:
@@ -82,6 +99,7 @@ class Workspace:
 
     def ensure_local(self) -> Path:
         self.local_dir.mkdir(parents=True, exist_ok=True)
+        ignore_local(self.local_dir)
         return self.local_dir
 
     @functools.cached_property
@@ -116,10 +134,18 @@ class Workspace:
         return self.committer.commit(dataclasses.replace(change, paths=paths, creates=creates))
 
 
+def is_workspace(path: Path) -> bool:
+    """A workspace has ``.jpfs/config.toml``, or had one: on a branch from before
+    ``jpfs init`` only the kept copy is left, and the daemon must still be reachable."""
+    return (path / JPFS_DIR / config_mod.CONFIG_FILE).is_file() or (
+        path / KEPT_DIR / config_mod.CONFIG_FILE
+    ).is_file()
+
+
 def find_root(start: Path | None = None) -> Path:
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
-        if (candidate / JPFS_DIR / config_mod.CONFIG_FILE).is_file():
+        if is_workspace(candidate):
             # A branch agent's worktree lives under the main workspace's
             # .jpfs/local/worktrees and has its own checkout of .jpfs/; the
             # workspace is always the main one.
@@ -140,11 +166,67 @@ def open_workspace(
     """The workspace at ``path`` (or found upward from it / the cwd) with config loaded."""
     if path is not None and not search:
         root = path.resolve()
-        if not (root / JPFS_DIR / config_mod.CONFIG_FILE).is_file():
+        if not is_workspace(root):
             raise WorkspaceError(f"{root} is not a jpfs workspace (run `jpfs init` there)")
     else:
         root = find_root(path)
-    return Workspace(root, config_mod.load(root / JPFS_DIR, cfg))
+    notes: dict[str, str] = {}
+    config = config_mod.load(policy_dir(root, notes), cfg)
+    return Workspace(root, config, notes)
+
+
+def policy_dir(root: Path, notes: dict[str, str]) -> Path:
+    """Where ``config.toml`` is read from: ``.jpfs/`` while the branch has it (a good
+    one is kept as the last good copy), else the kept copy, noted in ``notes``.
+
+    A file that is there but broken is read all the same, so that its error is the one
+    a command shows (a running daemon keeps its previous configuration then).
+    """
+    live = root / JPFS_DIR / config_mod.CONFIG_FILE
+    kept = root / KEPT_DIR / config_mod.CONFIG_FILE
+    try:
+        data = live.read_bytes()
+    except FileNotFoundError:
+        notes[f"{JPFS_DIR}/{config_mod.CONFIG_FILE}"] = "missing on this branch"
+        return kept.parent if kept.is_file() else live.parent
+    except OSError:
+        return live.parent
+    try:
+        config_mod.checked(config_mod.parse_toml(data, ConfigError, str(live)), str(live))
+    except ConfigError:
+        return live.parent
+    keep(data, kept)
+    try:
+        ignore_local(root / LOCAL_DIR)
+    except OSError:
+        pass
+    return live.parent
+
+
+def keep(data: bytes, kept: Path) -> None:
+    """Make ``kept`` hold ``data`` (written only when it differs: most reads change
+    nothing). A failed write keeps the older copy, which is still a good one."""
+    from jpfs.infra.textfile import write_atomic
+
+    try:
+        if kept.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    try:
+        write_atomic(kept, data)
+    except OSError:
+        pass
+
+
+def ignore_local(local_dir: Path) -> None:
+    """``.jpfs/local/`` ignores itself: a branch from before ``jpfs init`` has no
+    ``.gitignore`` line for it, and its state must not show in the user's git status."""
+    marker = local_dir / ".gitignore"
+    if not marker.exists():
+        from jpfs.infra.textfile import write_atomic
+
+        write_atomic(marker, "# jpfs: machine-local state, never committed\n*\n")
 
 
 def git_toplevel(path: Path) -> Path | None:

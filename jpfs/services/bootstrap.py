@@ -10,6 +10,7 @@ from jpfs.core import config as config_mod
 from jpfs.core.workspace import JPFS_DIR, LOCAL_DIR, Workspace, git_toplevel, open_workspace
 from jpfs.errors import WorkspaceError
 from jpfs.infra import gitcli
+from jpfs.services import policy
 
 IGNORE_LINE = f"/{LOCAL_DIR}/"
 
@@ -72,6 +73,7 @@ def init_workspace(
         written.append(top / ".gitignore")
     ws.ensure_local()
     ws.ensure_record()
+    policy.keep_all(ws)
     return ws, written
 
 

@@ -28,7 +28,7 @@ from jpfs.core import ids, prices
 from jpfs.core.conversation import Conversation
 from jpfs.core.usage import Spend, dollars
 from jpfs.core.workspace import Workspace
-from jpfs.errors import BudgetError, Cancelled, FormatError, LimitError
+from jpfs.errors import ArgumentError, BudgetError, Cancelled, FormatError, LimitError
 from jpfs.services import runs
 
 if TYPE_CHECKING:
@@ -139,9 +139,10 @@ def for_child(
     if tokens is None and usd is None:
         return config
     if tokens is not None and (isinstance(tokens, bool) or tokens <= 0):
-        raise LimitError(f"budget_tokens must be a whole number > 0, got {tokens!r}")
+        # Worded as the tools' schema check words it (jpfs.core.tool.check_arguments).
+        raise ArgumentError(f"argument 'budget_tokens' must be at least 1, got {tokens!r}")
     if usd is not None and (isinstance(usd, bool) or not math.isfinite(usd) or usd <= 0):
-        raise LimitError(f"budget_usd must be a number > 0, got {usd!r}")
+        raise ArgumentError(f"argument 'budget_usd' must be greater than 0, got {usd!r}")
     if caller is not None:
         room_tokens, room_usd = left(ws, caller)
         if tokens is not None and room_tokens is not None and tokens > room_tokens:

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 from jpfs.core import ids, locks, record, secrets, transcript, tree
 from jpfs.core.conversation import QUESTIONS, TASK, Conversation, create, now
 from jpfs.core.eventlog import check_last
-from jpfs.core.profiles import apply_overrides, load
+from jpfs.core.profiles import apply_overrides
 from jpfs.core.scope import resolve
 from jpfs.core.workspace import Workspace
-from jpfs.errors import ConfigError, NotFoundError, StateError
+from jpfs.errors import ConfigError, NotFoundError, ProfileError, StateError
 from jpfs.infra import gitcli
-from jpfs.services import branches
+from jpfs.services import branches, policy
 
 if TYPE_CHECKING:
     from jpfs.infra.committer import Identity
@@ -58,10 +58,39 @@ def head_commit(ws: Workspace) -> str | None:
 def agent_config(
     ws: Workspace, agent: str, overrides: Sequence[str] = (), onboarding: bool | None = None
 ) -> dict[str, Any]:
-    config = apply_overrides(load(ws.agents_dir, agent), overrides)
+    config = apply_overrides(policy.load_profile(ws, agent, trusted=False), overrides)
     if onboarding is not None:
         config["onboarding"]["enabled"] = onboarding
     return config
+
+
+def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
+    """Fill conversation.toml of a conversation a human started with only task.md.
+
+    Keeps whatever the human already wrote there (comments too); the agent defaults to
+    ``conversations.default_agent`` and must be one of ``agents.allowed``. The caller
+    commits it, with the human's task.md. Returns the agent.
+    """
+    meta = conv.meta()
+    agent = str(meta.get("agent") or ws.config["conversations.default_agent"])
+    allowed = [str(a) for a in ws.config["agents.allowed"]]
+    if agent not in allowed:
+        raise ProfileError(
+            f"agent {agent!r} is not in agents.allowed ({', '.join(allowed)}):"
+            " name an allowed agent in conversation.toml, or add it to agents.allowed"
+        )
+    config = agent_config(ws, agent)
+    fields: dict[str, Any] = {
+        "title": title_of(conv.read(TASK)),
+        "agent": agent,
+        "created": now(),
+        "status": "active",
+        "hidden": False,
+        "base": base,
+    }
+    conv.update(**{k: v for k, v in fields.items() if k not in meta}, config=config)
+    policy.adopted(ws, conv, agent)
+    return agent
 
 
 def new_conversation(
@@ -92,6 +121,7 @@ def new_conversation(
         parent = resolve(ws.conv_root, parent)
     full_id = ids.join(parent, conv_id or ids.generate()) if conv_id or parent else ids.generate()
     agent = agent or str(ws.config["conversations.default_agent"])
+    made_here = config is None
     if config is None:
         config = agent_config(ws, agent, overrides, onboarding)
     fields = {"base": head_commit(ws), **branches.plan(ws, full_id, config), **(extra or {})}
@@ -105,6 +135,8 @@ def new_conversation(
         config=config,
         extra=fields,
     )
+    if made_here:
+        policy.adopted(ws, conv, agent)
     if "branch" in fields:
         branches.ensure_worktree(ws, branches.require_fork(ws, conv.id))
     event = "new"

@@ -40,7 +40,7 @@ from jpfs.errors import (
     ProviderError,
 )
 from jpfs.infra.providers.base import Provider, Reply, Request
-from jpfs.services import budgets, inputs, onboarding, reports, runs, trust
+from jpfs.services import budgets, inputs, lifecycle, onboarding, policy, reports, runs
 from jpfs.services.sync import claims
 
 log = logging.getLogger("jpfs.services.runtime")
@@ -329,11 +329,12 @@ class Runner:
         profile runs local programs without the user's trust (:mod:`jpfs.services.trust`)."""
         snapshot = conv.config
         if not snapshot:
+            # Not adopted yet (its adoption failed, say untrusted, and new input came
+            # before the daemon looked again): adopt it now, never run it bare.
+            lifecycle.adopt(self.ws, conv, lifecycle.head_commit(self.ws))
             return
         agent = str(conv.meta().get("agent") or snapshot.get("name") or "")
-        profile = profiles.load(self.ws.agents_dir, agent)
-        profiles.admit(snapshot, profile)
-        trust.require(self.ws.agents_dir, self.ws.local_dir, profile)
+        policy.admit(self.ws, conv.id, agent, snapshot)
 
     # -- tools ------------------------------------------------------------------------
     def tools_for(self, conv: Conversation) -> dict[str, Tool]:

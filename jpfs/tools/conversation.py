@@ -253,7 +253,7 @@ def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]
                     },
                     "last": {
                         "type": "integer",
-                        "minimum": 1,
+                        "minimum": 0,
                         "description": "Only the last N events.",
                     },
                 },

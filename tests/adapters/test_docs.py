@@ -969,16 +969,22 @@ def daemon_status_json(block: Block, env: Env) -> None:
         broken = ws / "conversations" / "broken"
         broken.mkdir()
         (broken / "conversation.toml").write_text("not = [toml\n", encoding="utf-8")
+        # As on a branch without the profile: the kept copy stands in, and says so.
+        profile = ws / ".jpfs" / "agents" / "default.toml"
+        text = profile.read_text(encoding="utf-8")
+        profile.unlink()
         (ws / "conversations" / "busy").mkdir()
         (ws / "conversations" / "busy" / "task.md").write_text("Keep the daemon busy.\n")
 
         def status() -> Any:
             now = json.loads(jpfs(ws, "daemon", "status", "--format", "json").stdout)
-            return now if now["agents"] and now["last_error"] else None
+            return now if now["agents"] and now["last_error"] and now["policy"] else None
 
         real: Any = wait_until(status, timeout=30, message="an agent running and an error")
         assert shape(real) == shape(documented), json.dumps(real, indent=1)
         assert real["workspace"] == str(ws) and real["running"] is True
+        assert real["policy"] == documented["policy"]
+        profile.write_text(text, encoding="utf-8")
     finally:
         gate.set()
         jpfs(ws, "daemon", "stop", "--force", "--timeout", "20")
@@ -1597,7 +1603,7 @@ DOCS: list[Entry] = [
     Entry("protocol/agents.md", "4a6e6da2", "[[tools.command]]", command_tool),
     Entry("protocol/branches.md", "36a002c0", "*   jpfs(a): merge", branches_graph),
     Entry("protocol/branches.md", "c82a0afa", "jpfs(a): merged into main", branches_record),
-    Entry("protocol/daemon.md", "df243f07", '{"running": true', daemon_status_json),
+    Entry("protocol/daemon.md", "abd56ce6", '{"running": true', daemon_status_json),
     Entry("protocol/daemon.md", "f4b13633", "# jpfs: editors'", record_gitignore),
     Entry("protocol/layout.md", "d812b30b", "<repo>/", layout_workspace),
     Entry("protocol/layout.md", "45d0541d", "conversations/<id>/", layout_files),

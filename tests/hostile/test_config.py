@@ -65,21 +65,58 @@ def test_a_broken_record_is_reported_once_however_often_it_is_looked_at(
     assert len(errors) == 1, errors
 
 
-def test_a_broken_profile_is_an_error_event_naming_it_and_others_go_on(daemon: Path) -> None:
+def test_a_broken_profile_is_an_error_event_naming_it_and_others_go_on(
+    hostile_ws: Path,
+) -> None:
+    """A profile that never loaded good here: its conversations get an error naming it."""
+    from jpfs.core.config import set_in_file
+    from tests.conftest import running_daemon, wait_until
+
+    set_in_file(hostile_ws / ".jpfs" / "config.toml", "agents.allowed", '["careful", "fresh"]')
+    profile = hostile_ws / ".jpfs" / "agents" / "fresh.toml"
+    good = (hostile_ws / ".jpfs" / "agents" / "careful.toml").read_text(encoding="utf-8")
+    profile.write_text(good + "\n[tools\n", encoding="utf-8")
+    with running_daemon(hostile_ws):
+        victim = hostile_ws / "conversations" / "victim"
+        victim.mkdir()
+        (victim / "conversation.toml").write_text('agent = "fresh"\n', encoding="utf-8")
+        (victim / "task.md").write_text("Say hello.\n", encoding="utf-8")
+        error = wait_error(hostile_ws, "victim", "fresh.toml", timeout=10)
+        assert "Traceback" not in error
+
+        def row() -> dict[str, str]:
+            shown = jpfs_subprocess("tree", "--format", "json", cwd=hostile_ws)
+            assert shown.returncode == 0, shown.stderr
+            found: dict[str, str] = next(r for r in json.loads(shown.stdout) if r["id"] == "victim")
+            return found
+
+        # Failed once the daemon let go of it (its lock reads as running until then).
+        wait_until(lambda: row()["state"] == "failed", message="victim failed")
+        assert "fresh.toml" in row()["last"]
+        start_conversation(hostile_ws, "other")  # others go on
+        assert "echo:" in wait_result(hostile_ws, "other")
+        # The profile mended, the same conversation goes on with new input.
+        profile.write_text(good, encoding="utf-8")
+        assert jpfs_subprocess("retry", "victim", cwd=hostile_ws).returncode == 0
+        assert "echo:" in wait_result(hostile_ws, "victim")
+        assert_healthy(hostile_ws)
+
+
+def test_a_good_profile_broken_later_is_stood_in_for_and_said(daemon: Path) -> None:
+    """Once good here, a broken copy (a half-done edit, a conflict) fails nothing: the
+    last good copy runs, and `daemon status` and the CLI say what is wrong."""
     profile = daemon / ".jpfs" / "agents" / "careful.toml"
     good = profile.read_text(encoding="utf-8")
     profile.write_text(good + "\n[tools\n", encoding="utf-8")
     try:
-        start_conversation(daemon, "victim")
-        error = wait_error(daemon, "victim", "careful.toml", timeout=10)
-        assert "Traceback" not in error
-        shown = jpfs_subprocess("tree", "--format", "json", cwd=daemon)
-        assert shown.returncode == 0, shown.stderr
-        row = next(r for r in json.loads(shown.stdout) if r["id"] == "victim")
-        assert row["state"] == "failed" and "careful.toml" in row["last"]
+        start_conversation(daemon, "served")
+        assert "echo: Say hello." in wait_result(daemon, "served")
+        shown = jpfs_subprocess("daemon", "status", cwd=daemon)
+        assert "policy: .jpfs/agents/careful.toml:" in shown.stdout
+        assert "malformed TOML" in shown.stdout and "last good copy stands in" in shown.stdout
+        made = jpfs_subprocess("c", "new", "by-hand", "--agent", "careful", cwd=daemon)
+        assert made.returncode == 0, made.stderr
+        assert "note: .jpfs/agents/careful.toml: " in made.stderr
     finally:
         profile.write_text(good, encoding="utf-8")
-    # The profile mended, the same conversation goes on with new input.
-    assert jpfs_subprocess("retry", "victim", cwd=daemon).returncode == 0
-    assert "echo:" in wait_result(daemon, "victim")
     assert_healthy(daemon)

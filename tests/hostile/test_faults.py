@@ -169,8 +169,21 @@ def test_read_only_objects_are_reported_and_the_run_goes_on_once_writable(
         assert not [p for p in where.rglob("*") if p.name.endswith((".jpfs-tmp", ".lock"))]
 
 
-def object_path(ws: Path, oid: str) -> Path:
-    return ws / ".git" / "objects" / oid[:2] / oid[2:]
+def packed_object(ws: Path, oid: str) -> tuple[Path, int, int]:
+    """The packfile holding ``oid`` (jpfs packs every commit's objects), and the byte
+    range of its entry, read from the pack index by git itself."""
+    for idx in sorted((ws / ".git" / "objects" / "pack").glob("*.idx")):
+        with idx.open("rb") as fh:
+            listed = subprocess.run(
+                ["git", "show-index"], stdin=fh, capture_output=True, text=True, check=True
+            ).stdout.split("\n")
+        entries = sorted((int(line.split()[0]), line.split()[1]) for line in listed if line)
+        pack = idx.with_suffix(".pack")
+        ends = [offset for offset, _ in entries[1:]] + [pack.stat().st_size - 20]
+        for (offset, found), end in zip(entries, ends, strict=True):
+            if found == oid:
+                return pack, offset, end
+    raise AssertionError(f"{oid} is in no packfile")
 
 
 def test_a_corrupt_object_is_reported_and_the_run_goes_on_once_repaired(hostile_ws: Path) -> None:
@@ -181,11 +194,12 @@ def test_a_corrupt_object_is_reported_and_the_run_goes_on_once_repaired(hostile_
             lambda: rgit(hostile_ws, "status", "--porcelain") == "", timeout=10, message="commit"
         )
     tree = rgit(hostile_ws, "rev-parse", "HEAD^{tree}").strip()
-    path = object_path(hostile_ws, tree)
-    assert path.is_file(), "the record's tree is a loose object"
+    path, start, end = packed_object(hostile_ws, tree)
     good = path.read_bytes()
     os.chmod(path, 0o644)
-    path.write_bytes(b"x" * len(good))  # the object every new commit must read
+    # The object every new commit must read: its compressed bytes (after the 2-byte
+    # type-and-size header) become garbage.
+    path.write_bytes(good[: start + 2] + b"x" * (end - start - 2) + good[end:])
     with running_daemon(hostile_ws):
         try:
             conv = start_conversation(hostile_ws, "second", "Say hello again.\n")

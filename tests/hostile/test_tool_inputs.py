@@ -16,8 +16,8 @@ CONFIG: dict[str, Any] = {"name": "t", "tools": {"agents": ["helper"]}}
 TOOLS = catalog(CONFIG)
 
 BAD = [
-    ("jp_conversation_print", {"id": "a", "last": 0}, "must be at least 1"),
-    ("jp_conversation_print", {"id": "a", "last": -3}, "must be at least 1"),
+    ("jp_conversation_print", {"id": "a", "last": -1}, "must be at least 0"),
+    ("jp_conversation_print", {"id": "a", "last": -3}, "must be at least 0"),
     ("jp_conversation_print", {"id": "a", "last": "2"}, "must be of type integer"),
     ("jp_conversation_print", {"id": "a", "last": True}, "must be of type integer"),
     ("jp_conversation_print", {"id": ""}, "'id' must not be empty"),
@@ -66,7 +66,7 @@ def test_a_bad_last_is_refused_alike_by_the_cli_and_the_tools(ws: Path, cli) -> 
     for argv in (("c", "fork", "a", "--last", "-3"), ("c", "print", "a", "--last", "-3")):
         refused = cli(*argv)
         assert refused.code == 2, (argv, refused.stderr)
-        assert "last must be a number of events >= 0, got -3" in refused.stderr
+        assert "argument 'last' must be at least 0, got -3" in refused.stderr
     assert rgit(ws, "rev-parse", "HEAD") == head  # no half-made child
     w = open_workspace(ws)
     tool = build_tools({"tools": {"allow": ["jp_conversation_print"]}}, None)[
@@ -75,3 +75,69 @@ def test_a_bad_last_is_refused_alike_by_the_cli_and_the_tools(ws: Path, cli) -> 
     ctx = ToolContext(w.root, "a", w.root, services={"ws": w})
     with pytest.raises(JpfsError, match="last"):
         tool.run(ctx, check_arguments(tool, {"id": "a/b", "last": -3}))
+
+
+# The same bad input through each way in: (CLI argv, its exit status, tool, tool
+# arguments, the words every one of them says). {child} is a descendant of the caller.
+# An argument out of range is a usage error (2); an id that cannot be one, like any id
+# that names nothing, is an error (1).
+THREE_WAYS = [
+    (("c", "print", "{child}", "--last", "-3"), 2, "jp_conversation_print",
+     {"id": "{child}", "last": -3}, "argument 'last' must be at least 0"),
+    (("query", "--agent", "quick", "--new", "--budget-tokens", "0", "hi"), 2, "jp_query",
+     {"config": "quick", "query": "hi", "budget_tokens": 0},
+     "argument 'budget_tokens' must be at least 1"),
+    (("query", "--agent", "quick", "--new", "--budget-usd", "-1", "hi"), 2, "jp_query",
+     {"config": "quick", "query": "hi", "budget_usd": -1},
+     "argument 'budget_usd' must be greater than 0"),
+    (("c", "print", ""), 1, "jp_conversation_print", {"id": ""}, "must not be empty"),
+]  # fmt: skip
+
+
+def test_the_same_bad_inputs_get_the_same_error_through_cli_tools_and_mcp(
+    ws: Path, cli: Any, tmp_path: Path
+) -> None:
+    """One validation path: the CLI (exit 2), an agent's tool call and an MCP client
+    get the same words for the same bad input, and nothing is created."""
+    import anyio
+
+    from jpfs.core.tool import ToolContext
+    from jpfs.core.workspace import open_workspace
+    from jpfs.errors import JpfsError
+    from jpfs.tools.registry import build_tools
+    from tests.adapters.test_mcp import QUICK, call, serve
+
+    (ws / ".jpfs" / "agents" / "quick.toml").write_text(QUICK, encoding="utf-8")
+    assert cli("c", "new", "a", "--no-activate").code == 0
+    assert cli("c", "new", "a/b", "--no-activate").code == 0
+    head = rgit(ws, "rev-parse", "HEAD")
+
+    def fill(value: Any, child: str) -> Any:
+        return value.replace("{child}", child) if isinstance(value, str) else value
+
+    for argv, code, _, _, words in THREE_WAYS:
+        refused = cli(*(fill(a, "a/b") for a in argv))
+        assert refused.code == code and words in refused.stderr, (argv, refused.stderr)
+
+    w = open_workspace(ws)
+    config = {"tools": {"allow": ["jp_conversation_print", "jp_query"], "agents": ["quick"]}}
+    tools = build_tools(config, w.agents_dir)
+    ctx = ToolContext(w.root, "a", w.root, services={"ws": w})
+    for _, _, name, args, words in THREE_WAYS:
+        filled = {k: fill(v, "a/b") for k, v in args.items()}
+        with pytest.raises(JpfsError) as caught:
+            tools[name].run(ctx, check_arguments(tools[name], filled))
+        assert words in str(caught.value), (name, filled, caught.value)
+    assert rgit(ws, "rev-parse", "HEAD") == head  # nothing made by a refused input
+
+    async def through_mcp() -> None:
+        async with serve(ws, tmp_path / "server.err", "--agent", "quick") as session:
+            text, err = await call(session, "jp_query", config="quick", query="hello")
+            assert not err, text
+            child = text.split('conversation_id="', 1)[1].split('"', 1)[0]
+            for _, _, name, args, words in THREE_WAYS:
+                filled = {k: fill(v, child) for k, v in args.items()}
+                text, err = await call(session, name, **filled)
+                assert err and words in text, (name, filled, text)
+
+    anyio.run(through_mcp)

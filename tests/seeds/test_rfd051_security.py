@@ -74,6 +74,8 @@ def test_researcher_cannot_recurse_or_write(rfd_ws: Path, api_env: Any) -> None:
 def test_a_profile_without_a_model_is_a_loud_error(rfd_ws: Path, api_env: Any) -> None:
     """The seed: "The agent config must explicitly set `assistant.model`. If it doesn't, config
     validation fails — a loud, clear error.\""""
+    # A profile this machine never saw good (no last good copy to stand in).
+    (rfd_ws / ".jpfs" / "local" / "policy" / "agents" / "researcher.toml").unlink()
     write_profile(rfd_ws, "researcher", RESEARCHER.replace(f'model = "{SEED_MODEL}"', ""))
     api_env.responder = by_turn(
         tool_use_reply(("jp_query", {"config": "researcher", "query": "Study src/"})),
@@ -83,6 +85,21 @@ def test_a_profile_without_a_model_is_a_loud_error(rfd_ws: Path, api_env: Any) -
     (result,) = results_of(api_env)
     assert result["is_error"] is True
     assert "researcher.toml: a profile must name its model" in result["content"]
+
+
+def test_a_good_profile_broken_later_is_stood_in_for_and_said(rfd_ws: Path, api_env: Any) -> None:
+    """jpfs's own rule beside the seed's (protocol/daemon.md, "Your branch, your git
+    habits"): once a profile loaded good here, a broken copy on the branch (a checkout,
+    a conflict, a half-done edit) does not fail new work; the last good copy runs and
+    the validation error is said, never swallowed."""
+    api_env.responder = lambda req: text_reply("ok")
+    ws = open_workspace(rfd_ws)
+    query(ws, "first", agent="researcher", segment="first")  # loads good: kept
+    write_profile(rfd_ws, "researcher", RESEARCHER.replace(f'model = "{SEED_MODEL}"', ""))
+    ws = open_workspace(rfd_ws)
+    query(ws, "second", agent="researcher", segment="second")
+    assert "a profile must name its model" in ws.notes[".jpfs/agents/researcher.toml"]
+    assert api_env.requests[-1].json["model"] == SEED_MODEL  # the last good one's
 
 
 def test_config_is_an_enum_of_the_allowed_profiles(rfd_ws: Path, api_env: Any) -> None:

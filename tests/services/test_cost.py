@@ -468,7 +468,7 @@ def test_budget_options_of_the_cli(
     again = cli("query", "--id", conv, "--budget-tokens", "5", "more")
     assert again.code == 2 and "applies only to a new conversation" in again.stderr
     zero = cli("query", "--agent", "child", "--new", "--budget-usd", "0", "x")
-    assert zero.code == 1 and "budget_usd must be a number > 0" in zero.stderr
+    assert zero.code == 2 and "argument 'budget_usd' must be greater than 0" in zero.stderr
 
 
 def test_a_dollar_budget_with_an_unpriced_model_is_refused_before_the_call(

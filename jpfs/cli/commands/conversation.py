@@ -23,7 +23,6 @@ BudgetTokens = Annotated[
     int | None,
     typer.Option(
         "--budget-tokens",
-        min=1,
         help="Most tokens the new conversation and its sub-agents may spend.",
     ),
 ]

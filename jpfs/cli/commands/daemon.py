@@ -58,7 +58,8 @@ def status(fmt: Format = "text") -> None:
 
     data = process.status(process.Files(state.local_dir()))
     if data.get("running"):
-        data["config_error"] = _config_error()
+        data["config_error"], notes = _config_now()
+        data["policy"] = {**(data.get("policy") or {}), **notes}
     if fmt == "json":
         out_json(data)
     else:
@@ -67,15 +68,16 @@ def status(fmt: Format = "text") -> None:
         raise typer.Exit(1)
 
 
-def _config_error() -> str | None:
-    """What is wrong with the configuration now (a running daemon keeps the one it read)."""
+def _config_now() -> tuple[str | None, dict[str, str]]:
+    """What is wrong with the configuration now (a running daemon keeps the one it
+    read), and what of it the last good copy stands in for."""
     from jpfs.errors import JpfsError
 
     try:
-        state.ws()
+        ws = state.ws()
     except JpfsError as exc:
-        return str(exc)
-    return None
+        return str(exc), {}
+    return None, ws.notes
 
 
 def render(data: dict[str, Any]) -> str:
@@ -109,6 +111,8 @@ def render(data: dict[str, Any]) -> str:
             lines.append(f"  conflict kept beside: {path}")
         if sync.get("last_error"):
             lines.append(f"  sync error: {sync['last_error']}")
+    for path, why in sorted((data.get("policy") or {}).items()):
+        lines.append(f"policy: {path}: {why} (the last good copy stands in)")
     if data.get("config_error"):
         lines.append(f"config error: {data['config_error']} (the daemon runs with what it read)")
     err = data.get("last_error")

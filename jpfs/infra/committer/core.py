@@ -7,9 +7,10 @@ checked-out branch, or of HEAD itself when detached. The commits are planned by
 rewritten (:mod:`jpfs.infra.committer.trees`), so whatever others committed meanwhile is
 kept and nothing the user staged is read.
 
-A commit's objects go into one packfile from 16 objects on and are written loose below
-that (:mod:`jpfs.infra.committer.objects`); a background geometric repack every 25 packfiles
-keeps their number down (:mod:`jpfs.infra.committer.maintenance`). The work tree's index (for
+A commit's objects go into one packfile, protected by a ``.keep`` file until the ref
+reaches them (:mod:`jpfs.infra.committer.objects`: a user's ``git gc --prune=now`` never
+drops them); a background geometric repack once 25 packfiles are there keeps their
+number down (:mod:`jpfs.infra.committer.maintenance`). The work tree's index (for
 jpfs: the record worktree's, never the user's) is synced
 (:mod:`jpfs.infra.committer.userindex`) *before* the branch moves by compare-and-swap
 (:mod:`jpfs.infra.committer.refs`); if the tip moved, the commit is rebuilt on the new tip
@@ -40,7 +41,7 @@ from jpfs.infra.committer.change import Change, Identity
 from jpfs.infra.committer.failures import translate
 from jpfs.infra.committer.lockfile import LockFile, acquire
 from jpfs.infra.committer.maintenance import Maintenance
-from jpfs.infra.committer.objects import Objects, write_loose, write_pack
+from jpfs.infra.committer.objects import Objects, write_pack
 from jpfs.infra.committer.plan import Plan, Planner
 from jpfs.infra.committer.refs import Refs
 from jpfs.infra.committer.splitindex import SplitPolicy
@@ -54,7 +55,6 @@ _FALLBACK_NAME = "jpfs"
 _FALLBACK_EMAIL = "jpfs@localhost"
 _MAX_CAS_ATTEMPTS = 64
 _TIPS_MAX = 256
-_PACK_MIN = 16  # objects from which a commit's objects go into one packfile
 _REPACK_EVERY = 25  # packfiles written between two geometric repacks
 _DEFAULT_PENDING_TRAILERS: tuple[tuple[str, str], ...] = (("Jpfs-Event", "recover"),)
 _HEAL = Change((), "jpfs: heal the index")
@@ -97,7 +97,7 @@ class Committer:
         if fsync:
             pygit2.settings.enable_fsync_gitdir(True)
         private = self._gitdir / "jpfs"
-        common_private = self._commondir / "jpfs"
+        common_private = self._common_private = self._commondir / "jpfs"
         self._owners = common_private / "locks"
         for directory in (private, common_private, self._owners):
             try:
@@ -133,6 +133,7 @@ class Committer:
         )
         self._commits = 0
         self._packs = 0
+        self._kept: list[Path] = []  # .keep files of packs no ref reaches yet
         self._maintenance = Maintenance(
             self._root, self._gitdir, self._commondir, private, common_private
         )
@@ -293,6 +294,15 @@ class Committer:
     # -- building and landing commits ----------------------------------------------------
 
     def _commit_batch(self, live: list[Pending], ref: str, tip: str | None) -> None:
+        try:
+            self._land(live, ref, tip)
+        finally:
+            # The objects are reachable now (or never will be): gc may have them.
+            for kept in self._kept:
+                kept.unlink(missing_ok=True)
+            self._kept.clear()
+
+    def _land(self, live: list[Pending], ref: str, tip: str | None) -> None:
         # ``tip`` as the snapshot was taken: if the ref moved since, the compare-and-swap
         # fails and the commit is rebuilt on the new tip.
         plan = self._plan(live, tip)
@@ -343,16 +353,28 @@ class Committer:
         return plan
 
     def _write_objects(self, objects: Objects) -> None:
-        if len(objects.items) >= _PACK_MIN:
-            # One packfile instead of dozens of loose files: creating a file is the
-            # slowest thing a commit does, and a group commit writes many objects.
-            write_pack(self._commondir / "objects" / "pack", objects.items, self._fsync)
-            self._packs += 1
-            if self._packs % _REPACK_EVERY == 0:
-                self._maintenance.repack()
-        else:
-            for kind, data, oid in objects.items:
-                write_loose(self._commondir / "objects", kind, data, oid, self._fsync)
+        # Always one packfile, kept until the ref moves (see objects.write_pack): a
+        # loose object written before the ref reaches it is what a user's
+        # `git gc --prune=now` deletes, leaving the branch pointing at a missing tree.
+        pack_dir = self._commondir / "objects" / "pack"
+        kept = write_pack(
+            pack_dir, objects.items, self._fsync, keep=True, tmp_dir=self._common_private
+        )
+        if kept is not None:
+            self._kept.append(kept)
+        self._packs += 1
+        if self._packs % _REPACK_EVERY == 0 or self._packs == 1:
+            self._repack_if_many(pack_dir)
+
+    def _repack_if_many(self, pack_dir: Path) -> None:
+        """Roll packfiles up once there are many, whoever wrote them: one-shot commands
+        each write a few, and git's own `gc --auto` repacks everything at 50."""
+        try:
+            count = sum(1 for e in os.scandir(pack_dir) if e.name.endswith(".idx"))
+        except OSError:
+            return
+        if count >= _REPACK_EVERY:
+            self._maintenance.repack()
 
     def _tree_of(self, tip: str | None) -> bytes | None:
         """The id of commit ``tip``'s tree (ours are remembered: commits are immutable)."""

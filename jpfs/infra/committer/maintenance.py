@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jpfs.infra.committer.lockfile import LockFile, lock_registrations, sweep_owner_file
+from jpfs.infra.committer.objects import KEEP_MARK
 
 log = logging.getLogger(__name__)
 
@@ -94,13 +95,23 @@ class Maintenance:
         cutoff = time.time() - 3600
         for directory, prefixes in (
             (self._private, ("tmp-",)),
-            (self._common_private, ("tmp-",)),
+            (self._common_private, ("tmp-", "tmp_pack_jpfs_", "tmp_idx_jpfs_")),
             (self._commondir / "objects", ("tmp_object_git2_", "tmp_obj_jpfs_")),
             (self._commondir / "objects" / "pack", ("tmp_pack_jpfs_", "tmp_idx_jpfs_")),
         ):
             with contextlib.suppress(OSError):
                 for entry in os.scandir(directory):
                     if entry.name.startswith(prefixes) and entry.stat().st_mtime < cutoff:
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+        # A .keep of ours outlives its commit only if the process was killed mid-commit;
+        # an hour later its objects are referenced or garbage, so gc may have them.
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self._commondir / "objects" / "pack"):
+                if entry.name.endswith(".keep") and entry.stat().st_mtime < cutoff:
+                    with contextlib.suppress(OSError), open(entry.path, "rb") as fh:
+                        ours = fh.read(64).startswith(KEEP_MARK)
+                    if ours:
                         with contextlib.suppress(OSError):
                             os.unlink(entry.path)
         # A commit that finds nothing to change takes no index lock, so one that a killed

@@ -2,9 +2,10 @@
 
 Creating a file is the most expensive thing a commit does on a busy disk (0.1-1 ms
 each), and a group commit of 30 changes makes ~60 objects. A commit's objects therefore
-go into one packfile (pack and index, version 2) written by :func:`write_pack` once
-there are enough of them (the committer decides), and are written loose below that
-(:func:`write_loose`, as git does: zlib level 1, a temporary file renamed into place).
+go into one packfile (pack and index, version 2) written by :func:`write_pack`, kept
+(a ``.keep`` file) until a ref reaches them, so that a ``git gc --prune=now`` the user
+runs meanwhile cannot drop them. :func:`write_loose` (as git does: zlib level 1, a
+temporary file renamed into place) is the plain reference the tests compare with.
 Both are written here rather than through libgit2, whose ``odb.write`` keeps Python's
 global lock for the whole file creation: with 50 writer threads that stalled every
 other thread for each object.
@@ -27,6 +28,8 @@ MODE_LINK = 0o120000
 MODE_TREE = 0o040000
 COMMIT, TREE, BLOB = 1, 2, 3  # packfile object types
 _TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob"}
+# The content of the .keep file that guards a pack no ref reaches yet (write_pack).
+KEEP_MARK = b"jpfs: objects of a commit not referenced yet\n"
 
 
 class Objects:
@@ -50,8 +53,22 @@ class Objects:
             self.items = [item for item in self.items if item[2] != oid]
 
 
-def write_pack(pack_dir: Path, objects: list[tuple[int, bytes, bytes]], fsync: bool) -> None:
-    """Write ``objects`` as one packfile (version 2) with its index (version 2)."""
+def write_pack(
+    pack_dir: Path,
+    objects: list[tuple[int, bytes, bytes]],
+    fsync: bool,
+    *,
+    keep: bool = False,
+    tmp_dir: Path | None = None,
+) -> Path | None:
+    """Write ``objects`` as one packfile (version 2) with its index (version 2).
+
+    With ``keep``, a ``.keep`` file is made first and its path returned: until the
+    caller removes it (once a ref reaches the objects), no ``git gc``, ``repack -a -d``
+    or ``prune --expire=now`` drops them. Loose objects have no such protection, which
+    is why a commit's objects are always packed. The files are prepared in ``tmp_dir``
+    (same file system; default ``pack_dir``): `git prune` deletes ``tmp_*`` files in
+    ``objects/pack`` under a writer's feet."""
     parts = [b"PACK" + struct.pack(">II", 2, len(objects))]
     offset = 12
     table: list[tuple[bytes, int, int]] = []
@@ -92,10 +109,23 @@ def write_pack(pack_dir: Path, objects: list[tuple[int, bytes, bytes]], fsync: b
         ]
     )
     name = f"pack-{checksum.hex()}"
-    # The pack first, its index last: readers find packs by their index.
-    write_new(pack_dir / f"{name}.pack", parts, pack_dir / "tmp_pack_jpfs_", fsync)
-    index_parts = [index, hashlib.sha1(index).digest()]
-    write_new(pack_dir / f"{name}.idx", index_parts, pack_dir / "tmp_idx_jpfs_", fsync)
+    kept = None
+    if keep:
+        # Before the pack is visible: repack decides what it may delete by the .keep
+        # files it sees when it starts.
+        kept = pack_dir / f"{name}.keep"
+        kept.write_bytes(KEEP_MARK)
+    tmp = tmp_dir or pack_dir
+    try:
+        # The pack first, its index last: readers find packs by their index.
+        write_new(pack_dir / f"{name}.pack", parts, tmp / "tmp_pack_jpfs_", fsync)
+        index_parts = [index, hashlib.sha1(index).digest()]
+        write_new(pack_dir / f"{name}.idx", index_parts, tmp / "tmp_idx_jpfs_", fsync)
+    except BaseException:
+        if kept is not None:
+            kept.unlink(missing_ok=True)
+        raise
+    return kept
 
 
 def write_loose(objects_dir: Path, kind: int, data: bytes, oid: bytes, fsync: bool) -> None:

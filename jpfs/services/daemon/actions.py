@@ -10,17 +10,15 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from jpfs.core import frontmatter, record, tree
-from jpfs.core.conversation import ANSWERS, INBOX, QUESTIONS, Conversation, now
-from jpfs.core.scope import TASK
+from jpfs.core.conversation import ANSWERS, INBOX, QUESTIONS, Conversation
 from jpfs.core.state import AGENT_ACTS, ROUND_RE, State, derive, has_content, split_rounds
 from jpfs.core.workspace import Workspace
-from jpfs.errors import Cancelled, FormatError, ProfileError
+from jpfs.errors import Cancelled, FormatError
 from jpfs.infra.providers.base import Reply, Request
 from jpfs.services import lifecycle
 from jpfs.services.runtime import Runner
@@ -94,43 +92,10 @@ def _has_mail(conv: Conversation) -> bool:
         return False
 
 
-_HEADING = re.compile(r"^\s*#*\s*")
-
-
-def title_of(task: str | None) -> str:
-    for line in (task or "").splitlines():
-        text = _HEADING.sub("", line).strip()
-        if text:
-            return text[:80]
-    return ""
-
-
 def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
-    """Fill conversation.toml of a conversation a human started with only task.md.
-
-    Keeps whatever the human already wrote there (comments too); the agent defaults to
-    ``conversations.default_agent`` and must be one of ``agents.allowed``. The caller
-    commits it, with the human's task.md.
-    """
-    meta = conv.meta()
-    agent = str(meta.get("agent") or ws.config["conversations.default_agent"])
-    allowed = [str(a) for a in ws.config["agents.allowed"]]
-    if agent not in allowed:
-        raise ProfileError(
-            f"agent {agent!r} is not in agents.allowed ({', '.join(allowed)}):"
-            " name an allowed agent in conversation.toml, or add it to agents.allowed"
-        )
-    config = lifecycle.agent_config(ws, agent)
-    fields: dict[str, Any] = {
-        "title": title_of(conv.read(TASK)),
-        "agent": agent,
-        "created": now(),
-        "status": "active",
-        "hidden": False,
-        "base": base,
-    }
-    conv.update(**{k: v for k, v in fields.items() if k not in meta}, config=config)
-    return agent
+    """Fill conversation.toml of a conversation a human started with only task.md
+    (:func:`jpfs.services.lifecycle.adopt`)."""
+    return lifecycle.adopt(ws, conv, base)
 
 
 def record_failure(ws: Workspace, conv: Conversation, message: str) -> bool:

@@ -29,7 +29,7 @@ from jpfs.core import config as config_mod
 from jpfs.core import locks
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
-from jpfs.core.workspace import Workspace
+from jpfs.core.workspace import JPFS_DIR, Workspace, policy_dir
 from jpfs.errors import (
     Cancelled,
     ConfigError,
@@ -39,7 +39,7 @@ from jpfs.errors import (
     RepositoryFault,
 )
 from jpfs.infra.providers.base import Provider
-from jpfs.services import runs
+from jpfs.services import policy, runs
 from jpfs.services.daemon import actions, process, queryserver, recovery
 from jpfs.services.daemon.actions import DaemonRunner, Need
 from jpfs.services.daemon.pool import Job, Pool
@@ -137,6 +137,7 @@ class Daemon:
 
     def prepare(self) -> None:
         self.ws.ensure_record()
+        policy.keep_all(self.ws)  # a checkout right after start finds copies to stand in
         if self.ws.config["sync.remote"]:
             self.shared = SharedRecord(
                 self.ws, self.pool, look_again_in=self.look_again_in, fail=self.fail
@@ -355,12 +356,21 @@ class Daemon:
         if now - self._config_seen[1] < float(self.ws.config["daemon.settle"]):
             return
         self._config_stamp, self._config_seen = stamp, None
+        # A file missing on the branch now checked out is not a new policy: the last
+        # good copy stands in (jpfs.core.workspace.policy_dir).
+        notes: dict[str, str] = {}
         try:
-            fresh = config_mod.load(self.ws.jpfs_dir, self.cfg)
+            fresh = config_mod.load(policy_dir(self.ws.root, notes), self.cfg)
         except ConfigError as exc:
             log.error("config not reloaded, the previous one stays in force: %s", exc)
             self.record_error(f"config: {exc} (the previous configuration stays in force)")
             return
+        shown = f"{JPFS_DIR}/{config_mod.CONFIG_FILE}"
+        if shown in notes:
+            self.ws.notes[shown] = notes[shown]
+            log.warning("%s: %s; the previous configuration stays in force", shown, notes[shown])
+            return
+        self.ws.notes.pop(shown, None)
         current = self.ws.config
         changed = sorted(k for k, v in fresh.values.items() if current.values.get(k) != v)
         later = [k for k in changed if k in RESTART_KEYS]
@@ -421,6 +431,8 @@ class Daemon:
             "last_scan_s": round(self.reconciler.last_scan_seconds, 3),
             "conversations": len(self.reconciler.seen),
             "last_error": self.stats.last_error,
+            # What of .jpfs/ the last good copy stands in for (jpfs.services.policy).
+            "policy": dict(sorted(self.ws.notes.items())),
         }
         if self.shared is not None:
             data["sync"] = self.shared.engine.status()
