@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -267,3 +268,17 @@ def _no_jpfs_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry), 9)
     assert not left, "jpfs processes left running by the suite: " + "; ".join(left)
+
+
+_GREP_LINE = re.compile(r"^(?P<id>[^:]+):(?P<file>[^:]+):(?P<line>\d+): (?P<text>.*)$")
+
+
+def grep_brief(stdout: str) -> list[str]:
+    """``jpfs conversation grep``'s ``ID:FILE:LINE: text`` lines as ``ID: text`` (what
+    most tests compare); a line of another shape fails the test."""
+    out = []
+    for line in stdout.splitlines():
+        found = _GREP_LINE.match(line)
+        assert found, f"not an ID:FILE:LINE: text line: {line!r}"
+        out.append(f"{found['id']}: {found['text']}")
+    return out

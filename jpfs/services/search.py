@@ -146,6 +146,46 @@ def grep(
     return out
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A line to show around matches: a match (``:``), context (``-``), or the ``--``
+    between two groups of lines (``sep``), as grep -C shows them."""
+
+    id: str
+    file: str
+    line: int
+    text: str
+    sep: str  # ":" match, "-" context, "--" group separator (no line)
+
+
+def with_context(conv_root: Path, matches: list[Match], context: int) -> list[Shown]:
+    """``matches`` with ``context`` lines before and after each, read from the files
+    (as they are now, committed or not); overlapping groups merge, as in grep."""
+    out: list[Shown] = []
+    by_file: dict[tuple[str, str], list[Match]] = {}
+    for m in matches:
+        by_file.setdefault((m.id, m.file), []).append(m)
+    for (conv_id, file), found in by_file.items():
+        try:
+            lines = textfile.read_text(conv_root / conv_id / file, conv_root).splitlines()
+        except (OSError, FormatError):
+            lines = []
+        hits = {m.line for m in found}
+        wanted = sorted(
+            {n for m in found for n in range(m.line - context, m.line + context + 1)}
+            & set(range(1, len(lines) + 1))
+            | hits
+        )
+        previous = None
+        for n in wanted:
+            if out and (previous is None or n != previous + 1):
+                out.append(Shown(conv_id, file, 0, "", "--"))
+            text = lines[n - 1] if n <= len(lines) else next(m.text for m in found if m.line == n)
+            out.append(Shown(conv_id, file, n, text, ":" if n in hits else "-"))
+            previous = n
+    return out
+
+
 def _hides_itself(conv_root: Path, conv_id: str) -> bool:
     try:
         # Non-blocking, regular files only, capped: a FIFO or a huge file named

@@ -11,7 +11,7 @@ import pytest
 
 from jpfs.core import record
 from jpfs.core.workspace import open_workspace
-from tests.conftest import git, jpfs_subprocess, rgit
+from tests.conftest import git, grep_brief, jpfs_subprocess, rgit
 from tests.infra.test_untracked import settled
 
 CONV = "conversations"
@@ -137,8 +137,9 @@ def test_print_and_grep(ws: Path, cli) -> None:
 
     hit = cli("c", "grep", "needle")
     assert hit.code == 0
-    assert hit.stdout == "a: found: needle in line 3\n"
-    assert cli("c", "grep", "-i", "needle").stdout.count("a: ") == 2
+    assert grep_brief(hit.stdout) == ["a: found: needle in line 3"]
+    assert hit.stdout.startswith("a:events/0002-assistant.md:")
+    assert len(grep_brief(cli("c", "grep", "-i", "needle").stdout)) == 2
     assert cli("c", "grep", "absent-word").code == 1
     bad = cli("c", "grep", "--regex", "(")
     assert bad.code == 2 and "bad regular expression" in bad.stderr
@@ -156,10 +157,10 @@ def test_grep_scopes_and_hidden(ws: Path, cli) -> None:
     for cid in ("a", "a/x", "a/h"):
         Conversation(ws / CONV, cid).append_event("user", f"token in {cid}\n")
     record.commit(open_workspace(ws), "a", "input")
-    assert cli("c", "grep", "token").stdout.splitlines() == ["a: token in a", "a/x: token in a/x"]
-    assert cli("c", "grep", "token", "--root", "a").stdout.splitlines() == ["a/x: token in a/x"]
-    assert cli("c", "grep", "token", "--id", "a").stdout.splitlines() == ["a: token in a"]
-    assert "a/h: token in a/h" in cli("c", "grep", "token", "--hidden").stdout
+    assert grep_brief(cli("c", "grep", "token").stdout) == ["a: token in a", "a/x: token in a/x"]
+    assert grep_brief(cli("c", "grep", "token", "--root", "a").stdout) == ["a/x: token in a/x"]
+    assert grep_brief(cli("c", "grep", "token", "--id", "a").stdout) == ["a: token in a"]
+    assert "a/h: token in a/h" in grep_brief(cli("c", "grep", "token", "--hidden").stdout)
 
 
 def test_grep_finds_files_not_committed_yet(ws: Path, cli) -> None:
@@ -176,8 +177,8 @@ def test_grep_finds_files_not_committed_yet(ws: Path, cli) -> None:
     assert "a/files/notes.md" in listed.stdout  # really not committed
     hits = json.loads(cli("c", "grep", "needle", "--format", "json").stdout)
     assert {(h["id"], h["file"]) for h in hits} == {("a", "files/notes.md"), ("a/x", "task.md")}
-    assert cli("c", "grep", "needle", "--id", "a").stdout == "a: a fresh needle\n"
-    assert cli("c", "grep", "needle", "--root", "a").stdout == "a/x: another needle\n"
+    assert cli("c", "grep", "needle", "--id", "a").stdout == "a:files/notes.md:1: a fresh needle\n"
+    assert cli("c", "grep", "needle", "--root", "a").stdout == "a/x:task.md:1: another needle\n"
     assert cli("c", "grep", "-i", "--regex", "FRESH n[e]+dle").code == 0
 
 
@@ -189,10 +190,10 @@ def test_grep_keeps_up_with_the_files_and_with_git_run_by_hand(ws: Path, cli) ->
     rgit(ws, "add", "a/task.md")
     rgit(ws, "commit", "-q", "-m", "by hand")
     cli("c", "new", "b")  # the committer writes the index last, as when jpfs runs
-    assert cli("c", "grep", "needle").stdout == "a: the needle, committed\n"
+    assert grep_brief(cli("c", "grep", "needle").stdout) == ["a: the needle, committed"]
     assert (ws / ".jpfs" / "local" / "untracked.bin").is_file()
     (ws / CONV / "b" / "notes.md").write_text("a new needle\n", encoding="utf-8")
-    assert cli("c", "grep", "needle").stdout.splitlines() == [
+    assert grep_brief(cli("c", "grep", "needle").stdout) == [
         "a: the needle, committed",
         "b: a new needle",
     ]
@@ -200,9 +201,9 @@ def test_grep_keeps_up_with_the_files_and_with_git_run_by_hand(ws: Path, cli) ->
     assert len(cli("c", "grep", "needle").stdout.splitlines()) == 2
     # Out of the index, still on disk: no directory moved, yet it is found.
     rgit(ws, "rm", "-q", "--cached", "a/task.md")
-    assert "a: the needle, committed" in cli("c", "grep", "needle").stdout.splitlines()
+    assert "a: the needle, committed" in grep_brief(cli("c", "grep", "needle").stdout)
     (ws / CONV / "b" / "notes.md").unlink()
-    assert cli("c", "grep", "needle").stdout == "a: the needle, committed\n"
+    assert grep_brief(cli("c", "grep", "needle").stdout) == ["a: the needle, committed"]
 
 
 def test_fork_copies_last_events(ws: Path, cli) -> None:
@@ -402,3 +403,66 @@ def test_no_onboard_applies_to_a_conversation_that_has_not_started(
     refused = cli("query", "--id", "asks", "--no-onboard", "--non-interactive", "answer")
     assert refused.code == 1
     assert "--no-onboard applies to a conversation that has not started" in refused.stderr
+
+
+def test_grep_reads_like_grep(ws: Path, cli) -> None:
+    """ID:FILE:LINE: text; -l, -c, -C N; matches highlighted on a terminal only; flags
+    that cannot go together refused."""
+    import pty
+
+    cli("c", "new", "a")
+    cli("c", "new", "b")
+    notes = "one\ntwo needle\nthree\nfour\nfive\nsix needle\nseven\n"
+    (ws / CONV / "a" / "notes.md").write_text(notes, encoding="utf-8")
+    (ws / CONV / "b" / "notes.md").write_text("a Needle here\n", encoding="utf-8")
+    assert cli("c", "grep", "needle").stdout.splitlines() == [
+        "a:notes.md:2: two needle",
+        "a:notes.md:6: six needle",
+    ]
+    assert cli("c", "grep", "-i", "-l", "needle").stdout.splitlines() == [
+        "a:notes.md",
+        "b:notes.md",
+    ]
+    assert cli("c", "grep", "-c", "needle").stdout == "a:notes.md:2\n"
+    counted = json.loads(cli("c", "grep", "-c", "-i", "needle", "--format", "json").stdout)
+    assert counted == [
+        {"id": "a", "file": "notes.md", "count": 2},
+        {"id": "b", "file": "notes.md", "count": 1},
+    ]
+    assert cli("c", "grep", "-C", "1", "needle").stdout.splitlines() == [
+        "a:notes.md-1- one",
+        "a:notes.md:2: two needle",
+        "a:notes.md-3- three",
+        "--",
+        "a:notes.md-5- five",
+        "a:notes.md:6: six needle",
+        "a:notes.md-7- seven",
+    ]
+    for argv, words in (
+        (("-l", "-c"), "-l and -c cannot go together"),
+        (("-C", "2", "-l"), "-C applies only to the text listing"),
+        (("-C", "2", "--format", "json"), "-C applies only to the text listing"),
+        (("-C", "-1"), "must be 0 or more"),
+    ):
+        refused = cli("c", "grep", *argv, "needle")
+        assert refused.code == 2 and words in refused.stderr, (argv, refused.stderr)
+    helped = cli("c", "grep", "--help").stdout
+    for option in ("--ignore-case", "--hidden", "--files-with-matches", "--count", "--context"):
+        line = next(x for x in helped.splitlines() if option in x)
+        assert len(line.split(option, 1)[1].strip()) > 3, f"{option} has no help: {line!r}"
+    # On a terminal the match is marked (bold red, as grep --color=auto); piped, not.
+    parent, child = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    import subprocess
+    import sys
+
+    with os.fdopen(parent, "rb") as reader:
+        proc = subprocess.run(
+            [sys.executable, "-m", "jpfs", "c", "grep", "six"],
+            cwd=ws, stdout=child, stderr=subprocess.PIPE, env=env, check=False, timeout=60,
+        )  # fmt: skip
+        os.close(child)
+        shown = reader.read1(4096).decode()
+    assert proc.returncode == 0, proc.stderr
+    assert "a:notes.md:6: \x1b[1;31msix\x1b[0m needle" in shown
+    assert "\x1b[" not in cli("c", "grep", "six").stdout

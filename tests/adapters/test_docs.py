@@ -478,7 +478,10 @@ def readme_tour(block: Block, env: Env) -> None:
                 "jpfs conversation print c-01jh...",
                 Step(out=[r"^## Task$", r"^## Questions$", r"^## Answers$", r"^### 0001 · user"]),
             ),
-            ("jpfs conversation grep checkout", Step(out=[r"^c-[0-9a-z]{26}: .*checkout"])),
+            (
+                "jpfs conversation grep src/",
+                Step(out=[r"^c-[0-9a-z]{26}:answers\.md:\d+: Focus on src/$"]),
+            ),
             (
                 "jpfs log",
                 Step(out=[r"^TIME +CONVERSATION +EVENT", r" task ", r" questions ", r" result "]),
@@ -1586,7 +1589,7 @@ class Entry:
 
 DOCS: list[Entry] = [
     Entry("README.md", "5b794b8c", "make demo", make_demo_and_test),
-    Entry("README.md", "ab9cf1c5", "cd your-repo", readme_tour),
+    Entry("README.md", "73fb97eb", "cd your-repo", readme_tour),
     Entry("README.md", "389111ee", "import jpfs", python_onboarding),
     Entry("README.md", "b41b28ec", "jpfs daemon start", readme_daemon),
     Entry("README.md", "3c976a65", "mkdir -p ~/.config/systemd/user", readme_systemd),

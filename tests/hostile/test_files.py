@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import Result, rgit, wait_until
+from tests.conftest import Result, grep_brief, rgit, wait_until
 from tests.hostile.conftest import (
     SECRET,
     assert_healthy,
@@ -205,9 +205,9 @@ def test_grep_through_hostile_files_not_committed_finds_the_rest_and_leaks_nothi
     for _ in range(2):  # the first search builds the cache, the second trusts it
         found = cli("conversation", "grep", "needle")
         assert found.code == 0, found.stderr
-        assert sorted(found.stdout.splitlines()) == expected
+        assert sorted(grep_brief(found.stdout)) == expected
         assert SECRET not in found.stdout + found.stderr
     (ws / ".jpfs" / "local" / "untracked.bin").write_bytes(b"\xfb\x02 not a cache")
     (root / "plain" / "later.md").write_text("a later needle\n", encoding="utf-8")
     found = cli("conversation", "grep", "needle")
-    assert sorted(found.stdout.splitlines()) == sorted([*expected, "plain: a later needle"])
+    assert sorted(grep_brief(found.stdout)) == sorted([*expected, "plain: a later needle"])

@@ -23,7 +23,7 @@ from jpfs.core import tree
 from jpfs.core.conversation import Conversation, now
 from jpfs.core.workspace import open_workspace
 from jpfs.services.lifecycle import gc
-from tests.conftest import Result, write_profile
+from tests.conftest import Result, grep_brief, write_profile
 from tests.messages_server import Router, last_user_text, text_reply
 from tests.seeds.conftest import MAIN_PROMPT, RESEARCHER_PROMPT
 
@@ -276,10 +276,10 @@ def test_list_print_and_grep_templates(main_ws: Path, cli: Cli) -> None:
     # jp conversation grep --id="{{tool.arguments.id}}" --root-id="..." -i "PATTERN"
     one = cli("conversation", "grep", f"--id={seen}", "--root-id=main", "-i", "IS_RETRYABLE")
     assert one.code == 0
-    assert set(one.stdout.splitlines()) == {f"{seen}: {RETRY.splitlines()[0]}"}
+    assert set(grep_brief(one.stdout)) == {f"{seen}: {RETRY.splitlines()[0]}"}
     # jp conversation grep --root="{{context.conversation_id}}" --hidden -i "PATTERN"
     every = cli("conversation", "grep", "--root=main", "--hidden", "-i", "RATELIMIT")
-    assert {line.split(": ", 1)[0] for line in every.stdout.splitlines()} == {seen, hidden}
+    assert {line.split(": ", 1)[0] for line in grep_brief(every.stdout)} == {seen, hidden}
 
     # --root-id: an id outside the subtree is a hard error (one line), for each command.
     assert cli("conversation", "new", "other", "--no-activate").code == 0

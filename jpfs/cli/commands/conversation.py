@@ -157,17 +157,35 @@ def grep(
     ] = None,
     root: Annotated[str | None, typer.Option("--root", help="Search below ID.")] = None,
     root_id: RootId = None,
-    ignore_case: Annotated[bool, typer.Option("-i", "--ignore-case")] = False,
+    ignore_case: Annotated[
+        bool, typer.Option("-i", "--ignore-case", help="Match upper and lower case alike.")
+    ] = False,
     regex: Annotated[
         bool, typer.Option("--regex", help="PATTERN is a regular expression.")
     ] = False,
-    hidden: Annotated[bool, typer.Option("--hidden")] = False,
+    hidden: Annotated[
+        bool,
+        typer.Option("--hidden", help="Search hidden conversations too (`c new --hidden`)."),
+    ] = False,
+    files_with_matches: Annotated[
+        bool, typer.Option("-l", "--files-with-matches", help="Print only ID:FILE of each file.")
+    ] = False,
+    count: Annotated[
+        bool, typer.Option("-c", "--count", help="Print ID:FILE:N, the matches in each file.")
+    ] = False,
+    context: Annotated[
+        int,
+        typer.Option("-C", "--context", metavar="N", help="Show N lines around each match."),
+    ] = 0,
     fmt: Format = "text",
 ) -> None:
-    """Search conversations; exit 0 when found, 1 when not, 2 on a bad pattern."""
+    """Search conversations, grep-style: one ID:FILE:LINE: text per match (matches
+    highlighted on a terminal). Exit 0 when found, 1 when not, 2 on a bad pattern."""
+    from jpfs.cli import grepview
     from jpfs.core import scope
     from jpfs.services import search
 
+    check_grep_flags(files_with_matches, count, context, fmt)
     ws = state.ws()
     only = [scoped(ws, c, root_id) for c in conv_ids or []]
     under = root
@@ -185,13 +203,41 @@ def grep(
         include_hidden=hidden,
         cache_dir=ws.local_dir,
     )
+    files: dict[tuple[str, str], int] = {}
+    for m in matches:
+        files[(m.id, m.file)] = files.get((m.id, m.file), 0) + 1
     if fmt == "json":
-        out_json([m.to_json() for m in matches])
+        if files_with_matches or count:
+            out_json(
+                [
+                    {"id": i, "file": f, **({"count": n} if count else {})}
+                    for (i, f), n in files.items()
+                ]
+            )
+        else:
+            out_json([m.to_json() for m in matches])
+    elif files_with_matches or count:
+        for (conv_id, file), n in files.items():
+            out(f"{conv_id}:{file}" + (f":{n}" if count else ""))
     else:
-        for m in matches:
-            out(f"{m.id}: {m.text}")
+        paint = grepview.painter(pattern, regex=regex, ignore_case=ignore_case)
+        shown = search.with_context(ws.conv_root, matches, context) if context else matches
+        for line in shown:
+            out(grepview.render(line, paint))
     if not matches:
         raise typer.Exit(1)
+
+
+def check_grep_flags(files_with_matches: bool, count: bool, context: int, fmt: str) -> None:
+    if files_with_matches and count:
+        raise typer.BadParameter("-l and -c cannot go together", param_hint="-l/-c")
+    if context < 0:
+        raise typer.BadParameter(f"must be 0 or more, got {context}", param_hint="-C")
+    if context and (files_with_matches or count or fmt == "json"):
+        raise typer.BadParameter(
+            "-C applies only to the text listing of matches (not -l, -c or --format json)",
+            param_hint="-C",
+        )
 
 
 @app.command("fork")
