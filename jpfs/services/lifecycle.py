@@ -151,6 +151,40 @@ def new_conversation(
     return conv
 
 
+def set_agent(ws: Workspace, conv: Conversation, agent: str) -> None:
+    """Give ``conv``, which has not worked yet, another agent: its ``[config]`` made
+    again from that profile (as at creation: allowed agents, trust at its run). A
+    conversation that only failed before any work (a missing API key) may change too;
+    `jpfs retry` then runs it with the new agent."""
+    meta = conv.meta()
+    worked = [n for _, role, n in conv.event_names() if role != "error"]
+    if worked or conv.file(QUESTIONS).exists():
+        raise StateError(
+            f"{conv.id!r} has begun work with {meta.get('agent')!r}; its agent stays (start"
+            " a new conversation, or `jpfs c fork` it, for another agent)"
+        )
+    parent = ids.parent(conv.id)
+    if parent is None:
+        allowed = [str(a) for a in ws.config["agents.allowed"]]
+    else:
+        allowed = [str(a) for a in Conversation(ws.conv_root, parent).config.get("tools", {})
+                   .get("agents", [])]  # fmt: skip
+    if agent not in allowed:
+        where = "agents.allowed" if parent is None else f"the agents {parent!r} may call"
+        raise ProfileError(f"agent {agent!r} is not in {where} ({', '.join(allowed) or 'none'})")
+    config = agent_config(ws, agent)
+    old = conv.config
+    if old and config.get("workspace") != old.get("workspace"):
+        raise StateError(
+            f"{agent!r} works in a {config.get('workspace')} workspace and {conv.id!r} was"
+            f" made for a {old.get('workspace')} one: start a new conversation instead"
+        )
+    conv.update(agent=agent, config=config)
+    # A fresh handle: ``conv`` keeps the snapshot it parsed, which is now the old one.
+    policy.adopted(ws, Conversation(ws.conv_root, conv.id), agent)
+    record.commit(ws, conv.id, "edit", agent=agent, note=f"(agent: {agent})")
+
+
 def skip_onboarding(ws: Workspace, conv: Conversation) -> None:
     """Turn onboarding off for ``conv``, which has not started: no question asked, no
     event. Refused (:class:`StateError`) once it has, as there is nothing left to skip."""

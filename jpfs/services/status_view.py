@@ -11,7 +11,7 @@ the agents (the daemon, ``jpfs query``, a library call):
     tokens    every token its model calls processed (the four usage counts summed)
     cost      what they cost in USD (None when a model has no price); ``subtree_*``:
               the same summed over the conversation and all its descendants
-    last      the last line the agent wrote (its last reply, question or error)
+    last      the question that waits, or the first line of the agent's last reply or error
 
 Usage is read through the workspace's :class:`jpfs.core.usage.Book`, which reads only
 new event files on each refresh, so ``top`` stays cheap on long transcripts.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -62,12 +63,33 @@ def _last_line(text: str) -> str:
     for line in reversed(text.strip().splitlines()):
         line = line.strip()
         if line and line != "+++":
-            return line if len(line) <= LAST_WIDTH else line[: LAST_WIDTH - 1] + "…"
+            return _fit(line)
     return ""
+
+
+# A line that says nothing of its own: a heading mark, a wrapper tag (<response ...>),
+# a code fence, front matter's fence.
+_EMPTY_LINE = re.compile(r"^(#+|</?[a-z_]+(\s[^>]*)?>|```\w*|\+\+\+|[-*=_]{3,})$")
+
+
+def _first_line(text: str) -> str:
+    """The first line that says something: what a reply, an answer or a list of
+    questions leads with (a listing shows it, as a mail client shows a subject)."""
+    for line in text.strip().splitlines():
+        line = line.strip().lstrip("#").strip()
+        if line and not _EMPTY_LINE.match(line):
+            return _fit(line)
+    return ""
+
+
+def _fit(line: str) -> str:
+    return line if len(line) <= LAST_WIDTH else line[: LAST_WIDTH - 1] + "…"
 
 
 # The tree's own cache of what the files say (jpfs.core.summaries), beside ls's.
 FILE = "tree-summaries.bin"
+# Bumped when what facts() derives changes: older cached facts are derived again.
+FACTS_VERSION = 2
 _AGENT_ACTS = frozenset(str(s) for s in AGENT_ACTS)
 
 
@@ -102,6 +124,7 @@ class TreeView:
         config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
         changed = [conv.toml_path, *(conv.events_dir / n for _, _, n in names[-1:])]
         return {
+            "v": FACTS_VERSION,
             "state": state,
             "agent": str(meta.get("agent", "")),
             "model": str(config.get("model", "")) if config else "",
@@ -141,15 +164,16 @@ class TreeView:
         )
 
     def last(self, conv: Conversation, state: State, names: list[tuple[int, str, str]]) -> str:
+        """The question that waits, else the first line of the last reply or error."""
         if state is State.WAITING:
-            return _last_line(onboarding.questions_of_round(conv))
+            return _first_line(onboarding.questions_of_round(conv))
         for _seq, role, name in reversed(names[-5:]):
             if role in ("assistant", "error"):
                 try:
                     _, body = frontmatter.read(conv.events_dir / name, conv.root)
                 except (FormatError, OSError):
                     return ""
-                line = _last_line(body)
+                line = _first_line(body)
                 if line:
                     return line
         return ""
@@ -160,7 +184,7 @@ class TreeView:
         cache = Summaries(self.ws.local_dir, FILE)
         found: list[tuple[str, dict[str, Any]]] = []
         for conv_id, sig, facts in cache.walk(self.ws.conv_root, under):
-            if not isinstance(facts, dict) or "cost" not in facts:
+            if not isinstance(facts, dict) or facts.get("v") != FACTS_VERSION:
                 facts = self.facts(conv_id)
                 cache.put(conv_id, sig, facts)
             found.append((conv_id, facts))

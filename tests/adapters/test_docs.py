@@ -152,6 +152,7 @@ class Step:
     before: Callable[[Shell], object] | None = None  # what a human waits for first
     after: Callable[[Shell, Done], object] | None = None  # further checks
     until: Callable[[str], bool] | None = None  # runs until Ctrl-C, sent once stdout shows it
+    tty: bool = False  # stdout is a terminal (a pseudo-terminal 200 columns wide)
     stdin: str = ""
     excused: str = ""  # a line that cannot run here, and why
     unless: Callable[[Shell], str] | None = None  # a reason it cannot run now ("": it can)
@@ -210,7 +211,7 @@ def run_line(shell: Shell, line: str, step: Step) -> Done:
         )  # fmt: skip
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
     else:
-        rc, out, err = run_until(argv, shell, env, step.until, line)
+        rc, out, err = run_until(argv, shell, env, step.until, line, tty=step.tty)
     if pwd_file.exists():
         shell.cwd = Path(pwd_file.read_text(encoding="utf-8").strip())
         pwd_file.unlink()
@@ -218,20 +219,43 @@ def run_line(shell: Shell, line: str, step: Step) -> Done:
 
 
 def run_until(
-    argv: list[str], shell: Shell, env: dict[str, str], until: Callable[[str], bool], line: str
+    argv: list[str],
+    shell: Shell,
+    env: dict[str, str],
+    until: Callable[[str], bool],
+    line: str,
+    *,
+    tty: bool = False,
 ) -> tuple[int, str, str]:
     """Run a command that runs until interrupted; once its output shows ``until``, press
-    Ctrl-C (SIGINT to its process group, as a terminal does)."""
+    Ctrl-C (SIGINT to its process group, as a terminal does). With ``tty``, its stdout
+    is a pseudo-terminal, as in the terminal the doc shows it in."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    terminal, inner = pty.openpty() if tty else (-1, -1)
+    if tty:
+        fcntl.ioctl(inner, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")} if tty else env
     proc = subprocess.Popen(
-        argv, cwd=shell.cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, start_new_session=True,
+        argv, cwd=shell.cwd, env=env, stdin=subprocess.DEVNULL,
+        stdout=inner if tty else subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
     )  # fmt: skip
+    if tty:
+        os.close(inner)
     chunks: list[bytes] = []
 
     def read() -> None:
-        assert proc.stdout is not None
-        while chunk := os.read(proc.stdout.fileno(), 65536):
-            chunks.append(chunk)
+        assert proc.stdout is not None or tty
+        fd = terminal if tty else proc.stdout.fileno()  # type: ignore[union-attr]
+        try:
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        except OSError:  # EIO: the terminal's other end closed
+            pass
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -250,6 +274,8 @@ def run_until(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         reader.join(timeout=10)
+        if tty:
+            os.close(terminal)
     assert proc.stderr is not None
     err = proc.stderr.read().decode("utf-8", "replace")
     return proc.returncode, b"".join(chunks).decode("utf-8", "replace"), err
@@ -569,7 +595,9 @@ def readme_daemon(block: Block, env: Env) -> None:
                 (
                     "jpfs top",
                     Step(
-                        rc=130, until=lambda out: bool(re.search(r"^refactor +waiting", out, re.M))
+                        rc=130,
+                        until=lambda out: bool(re.search(r"^refactor +waiting", out, re.M)),
+                        tty=True,
                     ),
                 ),
                 (

@@ -103,3 +103,78 @@ def test_a_daemon_run_shows_what_it_is_doing_live(ws: Path) -> None:
         assert isinstance(row, dict) and row["last"] == "model turn (script-helper)"
         assert not (conv / "result.md").exists()  # shown while it ran, not after
         wait_until((conv / "result.md").exists, timeout=30, message="the result")
+
+
+def test_last_is_the_question_that_waits_or_the_first_line_of_the_answer(
+    ws: Path, cli: Callable[..., Result]
+) -> None:
+    from jpfs.core.conversation import Conversation
+
+    assert cli("c", "new", "asked", "--agent", "researcher", "--no-activate").code == 0
+    asked = Conversation(ws / "conversations", "asked")
+    (asked.path / "task.md").write_text("Go.\n", encoding="utf-8")
+    (asked.path / "questions.md").write_text(
+        "## Round 1\n\n1. Which module is in scope?\n2. Tests too?\n\n"
+        "Assumption: only src/ matters.\n",
+        encoding="utf-8",
+    )
+    assert cli("c", "new", "done", "--agent", "researcher", "--no-activate").code == 0
+    done = Conversation(ws / "conversations", "done")
+    done.append_event("user", "Go.\n")
+    done.append_event(
+        "assistant", "<response>\n# Summary\nThe answer, first.\n\nDetails after.\n</response>\n",
+        {"model": "m"},
+    )  # fmt: skip
+    rows = {r["id"]: r for r in json.loads(cli("tree", "--format", "json").stdout)}
+    assert rows["asked"]["state"] == "waiting"
+    assert rows["asked"]["last"] == "1. Which module is in scope?"
+    assert rows["done"]["last"] == "Summary"
+
+
+def test_top_piped_prints_one_frame_and_on_a_terminal_quits_on_q(
+    ws: Path, cli: Callable[..., Result]
+) -> None:
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    from tests.conftest import jpfs_subprocess
+
+    assert cli("c", "new", "x" * 30, "--title", "a title " * 20, "--no-activate").code == 0
+    piped = jpfs_subprocess("top", cwd=ws, timeout=30)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.count("ID ") == 1  # one frame, then it exits
+    helped = cli("top", "--help").stdout
+    assert "``" not in helped and "press q" in helped
+
+    # A terminal 60 columns wide: rows cut to fit, the keys shown, q quits.
+    parent, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 60, 0, 0))
+    # The terminal's own size: a COLUMNS in the process environment (something in an
+    # earlier in-process run puts one there, unseen by os.environ) would win over it.
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jpfs", "top", "--interval", "0.2"],
+        cwd=ws, stdin=child, stdout=child, stderr=subprocess.PIPE, start_new_session=True,
+        env=env,
+    )  # fmt: skip
+    os.close(child)
+    seen = b""
+    try:
+        while b"(q: quit)" not in seen or b"total:" not in seen:
+            seen += os.read(parent, 65536)
+        os.write(parent, b"q")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(parent)
+    frame = seen.decode("utf-8", "replace").split("\x1b[2J")[-1]
+    lines = [ln.rstrip("\r") for ln in frame.split("\n") if ln.strip()]
+    assert lines and all(len(ln) <= 60 for ln in lines), lines
+    assert any(ln.endswith("…") for ln in lines)  # the long row, cut

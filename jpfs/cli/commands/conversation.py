@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jpfs.cli.context import Format, out, out_json, out_table, state
+from jpfs.cli.context import Format, note, out, out_json, out_table, state
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
@@ -282,6 +282,21 @@ def use(conv_id: str, root_id: RootId = None) -> None:
 
     ws = state.ws()
     lifecycle.set_active(ws, scoped(ws, conv_id, root_id))
+
+
+@app.command("set-agent")
+def set_agent(conv_id: str, agent: str, root_id: RootId = None) -> None:
+    """Give ID, which has not worked yet, another AGENT (its profile's configuration
+    replaces the old one). After a failure before any work, `jpfs retry ID` runs it."""
+    from jpfs.core import tree
+    from jpfs.core.conversation import Conversation
+    from jpfs.services import lifecycle
+
+    ws = state.ws()
+    conv = Conversation(ws.conv_root, scoped(ws, conv_id, root_id))
+    lifecycle.set_agent(ws, conv, agent)
+    failed = str(tree.state_of(Conversation(ws.conv_root, conv.id))) == "failed"
+    note(f"{conv.id} now runs {agent}" + (f"; `jpfs retry {conv.id}` runs it" if failed else ""))
 
 
 @app.command("show")

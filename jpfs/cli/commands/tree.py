@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
-import threading
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from jpfs.cli import keys
 from jpfs.cli.commands.conversation import RootId, subtree
 from jpfs.cli.context import Format, out, out_json, state, table
 
@@ -46,7 +47,8 @@ def top(
     include_hidden: All = False,
     root_id: RootId = None,
 ) -> None:
-    """A live view of the conversation tree (``jpfs tree --watch``)."""
+    """A live view of the conversation tree, as jpfs tree --watch: press q (or Ctrl-C)
+    to quit. Piped, it prints one frame and exits (--count N for more)."""
     show(conv_id, root_id, "text", True, interval, count, include_hidden)
 
 
@@ -64,23 +66,41 @@ def show(
     ws = state.ws()
     under = subtree(ws, conv_id, root_id)
     view = TreeView(ws)
-    clear = watch and sys.stdout.isatty()
-    pause = threading.Event()
+    terminal = sys.stdout.isatty()
+    if watch and not terminal and not count:
+        count = 1  # piped: one frame, not one appended every second
+    clear = watch and terminal
+    width = shutil.get_terminal_size().columns if terminal else 0
     frames = 0
-    while True:
-        rows = view.rows(under, include_hidden=include_hidden)
-        if fmt == "json":
-            out_json([r.to_json() for r in rows])
-        else:
-            frame = render(rows, header=daemon_line(ws) if watch else "")
-            out(("\x1b[H\x1b[2J" if clear else "") + frame)
-        sys.stdout.flush()
-        frames += 1
-        if not watch or (count and frames >= count):
-            return
-        pause.wait(interval)
-        if not clear and fmt == "text":
-            out("")
+    with keys.keys() as wait_key:
+        while True:
+            rows = view.rows(under, include_hidden=include_hidden)
+            if fmt == "json":
+                out_json([r.to_json() for r in rows])
+            else:
+                header = daemon_line(ws) if watch else ""
+                if clear:
+                    header = (header + "  " if header else "") + "(q: quit)"
+                frame = cut(render(rows, header=header), width)
+                out(("\x1b[H\x1b[2J" if clear else "") + frame)
+            sys.stdout.flush()
+            frames += 1
+            if not watch or (count and frames >= count):
+                return
+            if wait_key(interval) in ("q", "Q"):
+                return
+            if not clear and fmt == "text":
+                out("")
+
+
+def cut(text: str, width: int) -> str:
+    """Each line at most ``width`` characters (0: as it is), cut with an ellipsis, so
+    that a row never wraps on a terminal."""
+    if width <= 0:
+        return text
+    return "\n".join(
+        line if len(line) <= width else line[: width - 1] + "…" for line in text.split("\n")
+    )
 
 
 def render(rows: list[Row], header: str = "") -> str:

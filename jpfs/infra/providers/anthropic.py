@@ -114,8 +114,10 @@ class AnthropicProvider:
         key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
         if not key.strip():
             raise ProviderError(
-                "ANTHROPIC_API_KEY is not set: export your Anthropic API key "
-                "(or choose another provider in the agent profile)"
+                "ANTHROPIC_API_KEY is not set: export your Anthropic API key, or try jpfs"
+                " offline with the scripted demo agent: `jpfs c set-agent ID demo` (a"
+                " conversation that has not worked yet), `jpfs query --agent demo`, or"
+                ' agent = "demo" in conversation.toml before saving task.md'
             )
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from jpfs.core import config as config_mod
-from jpfs.core import locks
+from jpfs.core import locks, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import JPFS_DIR, Workspace, policy_dir
@@ -103,6 +103,8 @@ class Daemon:
         self.catching_up = False  # ready, still looking at what changed while stopped
         self.queries: queryserver.QueryServer | None = None  # `jpfs query` handed over
         self.shared: SharedRecord | None = None  # sync.remote set: peers share the record
+        # Conversations whose failure is the last error: cleared once no longer failed.
+        self._failed_errors: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -274,6 +276,7 @@ class Daemon:
                     return
                 except ConversationGone:
                     log.info("%s: removed while it ran; nothing more is written to it", conv.id)
+                    self.clear_error_of(conv.id)
                     return
                 except JpfsError as exc:
                     self.fail(conv, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -290,15 +293,19 @@ class Daemon:
                     reason = last.body.strip() if last is not None and last.role == "error" else ""
                     self.stats.failures += 1
                     self.record_error(
-                        f"{conv.id}: {reason.splitlines()[0] if reason else 'failed'}"
+                        f"{conv.id}: {reason.splitlines()[0] if reason else 'failed'}", conv.id
                     )
+                    self._failed_errors.add(conv.id)
                     log.warning("%s: failed: %s", conv.id, reason)
+                else:
+                    self.clear_error_of(conv.id)
         except LockError:
             log.debug("%s: taken by another run; looking again when it is free", conv.id)
 
     def fail(self, conv: Conversation, message: str) -> None:
         self.stats.failures += 1
-        self.record_error(f"{conv.id}: {message}")
+        self.record_error(f"{conv.id}: {message}", conv.id)
+        self._failed_errors.add(conv.id)
         log.warning("%s: failed: %s", conv.id, message)
         try:
             actions.record_failure(self.ws, conv, message)
@@ -312,7 +319,7 @@ class Daemon:
         error event; the run is tried again later, from its files, with backoff."""
         delay = self._back_off(conv.id)
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        self.record_error(f"{conv.id}: {first} (trying again in {delay:g} s)")
+        self.record_error(f"{conv.id}: {first} (trying again in {delay:g} s)", conv.id)
         log.warning("%s: repository fault, trying again in %g s: %s", conv.id, delay, first)
 
     def _back_off(self, conv_id: str) -> float:
@@ -388,9 +395,38 @@ class Daemon:
             log.warning("%s change(s) at the next daemon start", ", ".join(later))
             self.record_error(f"config: {', '.join(later)} change(s) at the next daemon start")
 
+    def _current_error(self) -> dict[str, Any] | None:
+        """The last error, unless the conversation it names was removed since, or no
+        longer failed (mended and retried by whoever ran it: this daemon or a CLI)."""
+        error = self.stats.last_error
+        conv_id = error.get("conversation") if error is not None else None
+        if conv_id is None:
+            return error
+        conv = Conversation(self.ws.conv_root, conv_id)
+        try:
+            over = not conv.exists() or (
+                conv_id in self._failed_errors and tree.state_of(conv) is not State.FAILED
+            )
+        except (OSError, JpfsError):
+            over = False
+        if over:
+            self.stats.last_error = None
+            return None
+        return error
+
     # -- status ---------------------------------------------------------------------------
-    def record_error(self, message: str) -> None:
-        self.stats.last_error = {"time": process.iso(time.time()), "message": message}
+    def record_error(self, message: str, conversation: str | None = None) -> None:
+        self._failed_errors.clear()  # only the last error is shown: only it is watched
+        error: dict[str, Any] = {"time": process.iso(time.time()), "message": message}
+        if conversation is not None:
+            error["conversation"] = conversation
+        self.stats.last_error = error
+
+    def clear_error_of(self, conv_id: str) -> None:
+        """A conversation that ran to its end, or is gone, is no longer the last error."""
+        error = self.stats.last_error
+        if error is not None and error.get("conversation") == conv_id:
+            self.stats.last_error = None
 
     def write_status(self, force: bool = False) -> None:
         """Refresh daemon.json: within 0.25 s of a change, else every 2 s (times move on)."""
@@ -430,7 +466,7 @@ class Daemon:
             "scans": self.reconciler.scans,
             "last_scan_s": round(self.reconciler.last_scan_seconds, 3),
             "conversations": len(self.reconciler.seen),
-            "last_error": self.stats.last_error,
+            "last_error": self._current_error(),
             # What of .jpfs/ the last good copy stands in for (jpfs.services.policy).
             "policy": dict(sorted(self.ws.notes.items())),
         }
