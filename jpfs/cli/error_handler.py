@@ -54,8 +54,42 @@ def _usage(exc: click.ClickException) -> str:
     message = str(getattr(exc, "format_message", exc.__str__)())
     ctx = getattr(exc, "ctx", None)
     if ctx is not None:
+        guesses = _did_you_mean(message, ctx)
         message = f"{message.rstrip('.')} (see '{ctx.command_path} --help')"
+        if guesses:
+            message += f"; did you mean {' or '.join(repr(g) for g in guesses)}?"
     return message
+
+
+# Words other tools use for what jpfs calls otherwise.
+_SYNONYMS = {"status": ("daemon status", "tree"), "ps": ("tree",), "show": ("conversation show",)}
+
+
+def _did_you_mean(message: str, ctx: click.Context) -> list[str]:
+    """For "No such command 'X'" that click found no close spelling for: subcommands of
+    that name or close to it (`ls` -> `conversation ls`), and other tools' words
+    (`status` -> `daemon status`)."""
+    import difflib
+
+    if not message.startswith("No such command") or "Did you mean" in message:
+        return []
+    name = message.split("'")[1] if message.count("'") >= 2 else ""
+    group = ctx.command
+    if not name or not isinstance(group, click.Group):
+        return []
+    prefix = ctx.command_path
+    paths: dict[str, list[str]] = {}  # a last word -> the commands it ends
+    for sub in group.list_commands(ctx):
+        command = group.get_command(ctx, sub)
+        if isinstance(command, click.Group) and not command.hidden:
+            for leaf in command.list_commands(ctx):
+                paths.setdefault(leaf, []).append(f"{prefix} {sub} {leaf}")
+    if ctx.parent is None:
+        for word, meant in _SYNONYMS.items():
+            paths.setdefault(word, []).extend(f"{prefix} {m}" for m in meant)
+    close = difflib.get_close_matches(name, list(paths), n=2, cutoff=0.75)
+    found = [path for word in close for path in paths[word]]
+    return list(dict.fromkeys(found))[:3]
 
 
 def run(fn: Callable[[], int | None]) -> int:

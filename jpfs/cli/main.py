@@ -37,6 +37,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "trust": ("trust",),
     "sync": ("sync",),
     "scan": ("scan",),
+    "doctor": ("doctor",),
 }
 _OWNER = {name: module for module, names in MODULES.items() for name in names}
 
@@ -77,11 +78,21 @@ def root(
     state._ws = None
 
 
+# What every command shares, and the alias, which help would not show otherwise.
+EPILOG = (
+    "Options most commands take: --format text|json (where they show data: text for"
+    " people, json for programs) and --root-id ID (refuse every id outside ID's"
+    " subtree). `jpfs c` is short for `jpfs conversation`. The options above go"
+    " anywhere on the line: `jpfs -w DIR tree` and `jpfs tree -w DIR` alike."
+)
+
+
 def build(modules: Iterable[str] = MODULES) -> typer.Typer:
     """The ``jpfs`` app with the commands of ``modules`` (all by default)."""
     app = typer.Typer(
         name="jpfs",
         help="Delegate work to LLM sub-agents through plain files in a git repository.",
+        epilog=EPILOG,
         no_args_is_help=True,
         add_completion=True,
         pretty_exceptions_enable=False,

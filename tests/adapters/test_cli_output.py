@@ -67,6 +67,7 @@ def commands(ids: dict[str, str]) -> list[tuple[tuple[str, ...], str, set[str]]]
         (("c", "grep", "needle", "-i"), "jpfs conversation grep", MATCH),
         (("c", "grep", "needle", "-i", "-l"), "jpfs conversation grep", {"id", "file"}),
         (("c", "grep", "needle", "-i", "-c"), "jpfs conversation grep", {"id", "file", "count"}),
+        (("doctor",), "jpfs doctor", {"name", "status", "detail", "fix"}),
         (("log",), "jpfs log", LOG_ENTRY),
         (("log", lead), "jpfs log", LOG_ENTRY),
         (("mail", "check", lead), "jpfs mail check", {"conversation_id", "unread", "messages"}),

@@ -11,7 +11,9 @@ from jpfs.cli.context import Format, note, out, out_json, out_table, state
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
 
-app = typer.Typer(help="Create, list, read and search conversations.", no_args_is_help=True)
+app = typer.Typer(
+    help="Create, list, read and search conversations (alias: jpfs c).", no_args_is_help=True
+)
 
 RootId = Annotated[
     str | None,

@@ -24,7 +24,8 @@ def init(
         note(
             f"initialised jpfs workspace in {ws.root}; the record is on branch "
             f"{ws.record_branch} at {ws.rel(ws.conv_root)}/. Commit the project files "
-            f"when you like: git add {names} && git commit -m 'jpfs init'"
+            # The pathspec keeps whatever else the user staged out of this commit.
+            f"when you like: git add {names} && git commit -m 'jpfs init' -- {names}"
         )
     else:
         note(f"{ws.root} is already set up (record: {ws.record_branch})")
