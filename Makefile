@@ -24,9 +24,15 @@ CLIENTS_STAMP := $(CLIENTS)/node_modules/.installed
 
 clients: $(CLIENTS_STAMP)
 
+# Without npm (outside CI) the client tests are skipped, and said so; CI must run them.
 $(CLIENTS_STAMP): $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
-	cd $(CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
-	touch $@
+	@if command -v npm >/dev/null 2>&1; then \
+	  cd $(CLIENTS) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	elif [ -n "$$CI" ]; then \
+	  echo "make: npm is missing, and CI must run the client tests (Node.js 20+)" >&2; exit 1; \
+	else \
+	  echo "make: npm not found: the Claude Code client tests will be skipped (install Node.js 20+ to run them)" >&2; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check jpfs tests bench
@@ -39,11 +45,14 @@ typecheck: $(STAMP)
 test: lint typecheck clients
 	$(BIN)/pytest -q -n 2 --timeout=300
 
+# KEEP=1 keeps the demo's repository (under $TMPDIR) to look around in.
 demo: $(STAMP)
-	$(BIN)/python -m jpfs.demo
+	$(BIN)/python -m jpfs.demo $(if $(KEEP),--keep)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache $(CLIENTS)/node_modules
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis .import_linter_cache \
+	  bench/out build dist *.egg-info $(CLIENTS)/node_modules
+	find . -name __pycache__ -type d -not -path './.git/*' -prune -exec rm -rf {} +

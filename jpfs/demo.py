@@ -11,6 +11,7 @@ tree and ``jpfs log``. No API key or network is needed.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,8 +75,23 @@ def make_repo(root: Path) -> Path:
     return repo
 
 
-def main() -> int:
-    repo = make_repo(Path(tempfile.mkdtemp(prefix="jpfs-demo-")))
+def main(argv: list[str] | None = None) -> int:
+    """The demo in a new repository under the temporary directory, removed at the end
+    unless ``--keep`` (``make demo KEEP=1``) asks to look around in it after."""
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--keep"]):
+        print("usage: python -m jpfs.demo [--keep]", file=sys.stderr)
+        return 2
+    keep = args == ["--keep"]
+    top = Path(tempfile.mkdtemp(prefix="jpfs-demo-"))
+    try:
+        return show(make_repo(top), keep)
+    finally:
+        if not keep:
+            shutil.rmtree(top, ignore_errors=True)
+
+
+def show(repo: Path, keep: bool) -> int:
     print(f"demo repository: {repo}")
     jpfs(repo, "init")
     # The offline default: task.md files written by hand go to the scripted agent.
@@ -101,6 +117,8 @@ def main() -> int:
     print("\n$ git status --short   # jpfs's project files, for you to commit")
     print(sh(["git", "status", "--short"], repo).stdout.rstrip())
     print(f"\nEverything above is plain files and commits in {repo}.")
+    if not keep:
+        print("(removed now; `make demo KEEP=1` keeps it to look around in)")
     return 0
 
 

@@ -520,6 +520,10 @@ def readme_tour(block: Block, env: Env) -> None:
     )
 
 
+def assert_no_demo_left(tmpdir: Path) -> None:
+    assert not list(tmpdir.glob("jpfs-demo-*")), list(tmpdir.iterdir())
+
+
 def make_demo_and_test(block: Block, env: Env) -> None:
     def venv_is_current(_sh: Shell) -> str:
         fresh = subprocess.run(["make", "-q", "venv"], cwd=ROOT, capture_output=True, check=False)
@@ -536,6 +540,8 @@ def make_demo_and_test(block: Block, env: Env) -> None:
                 Step(
                     unless=venv_is_current,
                     out=[r"^\$ jpfs log", r"Everything above is plain files and commits in "],
+                    # The demo's repository is gone with it (make demo KEEP=1 keeps it).
+                    after=lambda sh, _d: assert_no_demo_left(Path(sh.env["TMPDIR"])),
                 ),
             ),
             ("make test", Step(excused="runs ruff, mypy and the whole suite, this test too")),
@@ -1618,7 +1624,7 @@ class Entry:
 DOCS: list[Entry] = [
     Entry("README.md", "5b794b8c", "make demo", make_demo_and_test),
     Entry("README.md", "73fb97eb", "cd your-repo", readme_tour),
-    Entry("README.md", "389111ee", "import jpfs", python_onboarding),
+    Entry("README.md", "c4af1101", "import jpfs", python_onboarding),
     Entry("README.md", "b41b28ec", "jpfs daemon start", readme_daemon),
     Entry("README.md", "3c976a65", "mkdir -p ~/.config/systemd/user", readme_systemd),
     Entry("README.md", "883bc0f8", "claude mcp add", claude_mcp_add),

@@ -548,6 +548,7 @@ def spawn_worker(repo: Path, wid: str, count: int) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group: a crash takes its git children too
     )
 
 
@@ -726,7 +727,9 @@ def test_sigkill_mid_commit_leaves_repo_usable(repo: Path) -> None:
         for _ in range(3 + round_no):
             assert proc.stdout.readline(), "worker died early"
         threading.Event().wait(rng.uniform(0, 0.005))  # land somewhere inside a commit
-        proc.send_signal(signal.SIGKILL)
+        # The whole process group, as a crash or an OOM kill of the service takes it: a
+        # background `git repack` of the worker's left running would race the fsck below.
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         fsck = subprocess.run(["git", "fsck"], cwd=repo, capture_output=True, text=True)
         assert fsck.returncode == 0, fsck.stderr
