@@ -44,3 +44,25 @@ def test_an_unknown_command_gets_a_suggestion(cli: Callable[..., Result]) -> Non
         refused = cli(typed)
         assert refused.code == 2, typed
         assert meant in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_no_help_shows_raw_markup(cli: Callable[..., Result]) -> None:
+    """Help is read in a terminal: no reST ``literals`` or **emphasis** in it."""
+    import click
+    import typer
+
+    from jpfs.cli import main
+
+    def paths(command: click.Command, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found = [prefix]
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                found += paths(sub, (*prefix, name))
+        return found
+
+    every = paths(typer.main.get_command(main.build()), ())
+    assert len(every) > 40
+    for path in every:
+        shown = cli(*path, "--help")
+        assert shown.code == 0, path
+        assert "``" not in shown.stdout and "**" not in shown.stdout, (path, shown.stdout)
