@@ -138,3 +138,27 @@ def test_make_clean_removes_every_cache(tmp_path: Path) -> None:
     run(["make", "clean"], tmp_path)
     assert [c for c in caches if (tmp_path / c).exists()] == []
     assert (tmp_path / "jpfs" / "kept.py").exists()
+
+
+def test_make_test_without_npm_skips_the_client_tests_outside_ci_only(tmp_path: Path) -> None:
+    """The README: without npm, `make test` says the client tests are skipped; in CI
+    (where they must run) it fails instead."""
+    import shutil
+
+    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text(encoding="utf-8"))
+    clients = tmp_path / "tests" / "clients"
+    clients.mkdir(parents=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(ROOT / "tests" / "clients" / name, clients / name)
+    tools = tmp_path / "bin"  # a PATH with a shell and no npm
+    tools.mkdir()
+    (tools / "sh").symlink_to(shutil.which("sh") or "/bin/sh")
+    make = shutil.which("make") or "make"
+    env = {"PATH": str(tools), "HOME": str(tmp_path)}
+    local = subprocess.run([make, "clients"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=60, check=False)  # fmt: skip
+    assert local.returncode == 0, local.stderr
+    assert "npm not found: the Claude Code client tests will be skipped" in local.stderr
+    ci = subprocess.run([make, "clients"], cwd=tmp_path, env={**env, "CI": "1"},
+                        capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert ci.returncode != 0 and "CI must run the client tests" in ci.stderr
