@@ -176,12 +176,14 @@ def test_errors_stay_in_their_conversation(started: Path) -> None:
 
 def test_stop_lets_the_step_finish_and_force_interrupts_it(daemon_proc: DaemonProc) -> None:
     ws = daemon_proc.ws
-    setup_workspace(ws, default_agent="worker", delay=0.6)
+    # Each model turn takes 2.5 s: the window in which the stops below must land, wide
+    # enough for a loaded machine (the status file that says a call started lags it).
+    setup_workspace(ws, default_agent="worker", delay=2.5)
     conv = ws / "conversations" / "w"
     conv.mkdir(parents=True)
     daemon_proc.start()
     write_in_place(conv / "task.md", "Work slowly.\n")
-    # Stop while the first model turn (0.6 s) is in flight.
+    # Stop while the first model turn is in flight.
     wait_until(lambda: provider_calls(ws) == 1, message="the first model call")
     assert daemon_proc.terminate() == 0
     assert roles(conv) == ["user", "assistant"]  # the step in flight was finished...
