@@ -359,9 +359,10 @@ def test_cancel_during_slow_response(messages_server: MessagesServer) -> None:
     cancelled_at = time.monotonic()
     run.cancel.set()
     assert isinstance(run.join(), Cancelled)
-    assert run.finished_at - cancelled_at < 0.5
+    # Promptly: well before the 10 s reply (bounds with room for a loaded machine).
+    assert run.finished_at - cancelled_at < 3.0
     # The abandoned HTTP attempt ends too (checked by the autouse fixture), promptly:
-    assert wait_until(lambda: not workers(), timeout=0.5)
+    assert wait_until(lambda: not workers(), timeout=3.0)
 
 
 def test_cancel_during_retry_wait(messages_server: MessagesServer) -> None:
@@ -371,7 +372,7 @@ def test_cancel_during_retry_wait(messages_server: MessagesServer) -> None:
     cancelled_at = time.monotonic()
     run.cancel.set()
     assert isinstance(run.join(), Cancelled)
-    assert run.finished_at - cancelled_at < 0.5
+    assert run.finished_at - cancelled_at < 3.0  # not the 30 s wait (room for load)
     assert len(messages_server.requests) == 1
 
 

@@ -262,7 +262,8 @@ def test_mail_from_the_caller_continues_an_idle_conversation(
 
 def test_mail_sent_while_running_is_delivered_when_the_run_stops(tree3: Workspace) -> None:
     w = tree3
-    write_profile(w.root, "echo", ECHO.replace("[[script.turns]]", "[[script.turns]]\ndelay = 0.3"))
+    # The turn takes 1.5 s: the mail below is sent while it runs, even on a loaded machine.
+    write_profile(w.root, "echo", ECHO.replace("[[script.turns]]", "[[script.turns]]\ndelay = 1.5"))
     conv = new_conversation(w, "slow", agent="echo", task="first")
     runner = Runner(w)
     with no_thread_leak():

@@ -200,7 +200,9 @@ def test_a_stale_socket_without_a_daemon_falls_back_at_once(
     stale.close()
     started = time.monotonic()
     assert handoff.ask(local, handoff.Ask("hi"), []) is None
-    assert time.monotonic() - started < 0.5
+    assert (
+        time.monotonic() - started < 3.0
+    )  # at once: no wait for an answer (bound for a loaded machine)
     done = jpfs_subprocess("query", "Hello.", cwd=ws)
     assert (done.returncode, done.stdout) == (0, "ok: Hello.\n"), done.stderr
 

@@ -62,8 +62,9 @@ def test_main_agent_runs_two_children_in_parallel(ws: Path, api_env) -> None:  #
     def child(request):  # type: ignore[no-untyped-def]
         results = tool_results(request)
         if not results:
-            # Both children wait for each other here, so they must run concurrently.
-            return tool_use_reply(("fs_read_file", {"path": "notes.txt"}), delay=0.3)
+            # Both children wait for each other here, so they must run concurrently (1.5 s:
+            # room for the second to start on a loaded machine).
+            return tool_use_reply(("fs_read_file", {"path": "notes.txt"}), delay=1.5)
         return text_reply(f"child says: {results[0]['content'].strip()}", model="claude-child")
 
     def main(request):  # type: ignore[no-untyped-def]
