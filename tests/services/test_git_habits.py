@@ -89,6 +89,12 @@ def test_checkout_of_a_branch_from_before_jpfs_init(busy: Path) -> None:
     work.check()
     assert git(ws, "status", "--porcelain") == ""
     wait_until(lambda: not status(ws).get("policy"), message="the branch's policy back in force")
+    # And stopped from the old branch, where .jpfs/ is not.
+    git(ws, "checkout", "-q", "before-jpfs")
+    stopped = jpfs_subprocess("daemon", "stop", cwd=ws)
+    assert stopped.returncode == 0, stopped.stderr
+    assert jpfs_subprocess("daemon", "status", cwd=ws).stdout.strip() == "not running"
+    git(ws, "checkout", "-q", "main")
 
 
 def test_checkout_of_a_branch_with_other_profiles(busy: Path) -> None:
