@@ -12,11 +12,12 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import ids, locks, record, secrets, transcript, tree
-from jpfs.core.conversation import QUESTIONS, TASK, Conversation, create, now
+from jpfs.core import frontmatter, ids, locks, record, secrets, transcript, tree
+from jpfs.core.conversation import QUESTIONS, RESULT, TASK, Conversation, create, now
 from jpfs.core.eventlog import check_last
 from jpfs.core.profiles import apply_overrides
 from jpfs.core.scope import resolve
+from jpfs.core.state import State
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError, NotFoundError, ProfileError, StateError
 from jpfs.infra import gitcli
@@ -245,6 +246,14 @@ def fork_conversation(
             child.update(inherited_events=copied)
         if prompt:
             child.append_event("user", prompt)
+        elif tree.state_of(child) is State.FINISHING:
+            # A copy that ends on the source's final reply is as finished as its source:
+            # its result is that reply (no run, and no status mail, for a copy).
+            final = child.last_event()
+            assert final is not None
+            result = frontmatter.render({"event": final.seq, "created": now(), "success": True},
+                                        final.body)  # fmt: skip
+            child.write(RESULT, result)
         record.commit(ws, child.id, "fork", agent=str(meta.get("agent", "")), note=f"from {source}")
     return child
 

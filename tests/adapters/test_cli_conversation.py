@@ -217,6 +217,11 @@ def test_fork_copies_last_events(ws: Path, cli) -> None:
     assert child.startswith("a/c-")
     copied = Conversation(ws / CONV, child)
     assert [e.body for e in copied.events()] == ["event 2\n", "event 3\n"]
+    # It ends on the source's final reply: as finished as the source, that reply its result.
+    shown = {r["id"]: r for r in json.loads(cli("tree", "--format", "json").stdout)}
+    assert shown[child]["state"] == "idle"
+    assert copied.read("result.md").endswith("event 3\n")
+    assert f"{child}/result.md" in rgit(ws, "show", "--name-only", "--format=", "HEAD")
     meta = copied.meta()
     assert meta["forked_from"] == "a@4" and meta["agent"] == "researcher"
     assert meta["config"] == conv.meta()["config"]
