@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import frontmatter, ids, scope, tree
+from jpfs.core import frontmatter, ids, locks, scope, tree
 from jpfs.core.conversation import RESULT, Conversation, now
 from jpfs.core.state import State
 from jpfs.errors import Cancelled, JpfsError
@@ -146,9 +146,14 @@ def wait_settled(
                 continue
             conv = Conversation(ws.conv_root, cid)
             state = tree.state_of(conv)
-            if state not in SETTLED or (state is not State.KILLED and mail.pending_input(ws, cid)):
+            if state not in SETTLED or (
+                state is not State.KILLED
+                and (mail.pending_input(ws, cid) or locks.is_locked(ws.local_dir, cid))
+            ):
                 # Running, or about to: caller mail waiting for it is its next input
                 # (a mail_send that continues it), so its last report is not the answer.
+                # A held run lock counts too: between taking that mail as read and
+                # writing its event, a run's files still look settled on the old report.
                 unreported.pop(cid, None)
                 continue
             report = _report(ws, by, conv, state)
