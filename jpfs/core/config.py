@@ -173,13 +173,17 @@ def load(
     jpfs_dir: Path | None,
     cfg: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    *,
+    file_values: dict[str, Any] | None = None,
 ) -> Config:
+    """The layered configuration; ``file_values``: ``jpfs_dir``'s file, already read
+    and checked (so that a command's start-up parses it once)."""
     environ = os.environ if environ is None else environ
     # Each layer is (source name, values); NONE clears the list built so far.
     layers: list[tuple[str, dict[str, Any]]] = []
     if jpfs_dir is not None:
         path = jpfs_dir / CONFIG_FILE
-        layers.append((str(path), load_file(path)))
+        layers.append((str(path), load_file(path) if file_values is None else file_values))
     env_layer: dict[str, Any] = {}
     for name, raw in environ.items():
         if not name.startswith("JPFS_") or "__" not in name:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jpfs.core.config import parse_value, read_toml
+from jpfs.core.config import parse_toml, parse_value, read_toml
 from jpfs.errors import ProfileError, ScopeError
 
 PROVIDERS = ("anthropic", "command", "script")
@@ -130,12 +130,17 @@ def profile_path(agents_dir: Path, name: str) -> Path:
     return agents_dir / f"{name}.toml"
 
 
-def load(agents_dir: Path, name: str) -> Profile:
+def load(agents_dir: Path, name: str, content: bytes | None = None) -> Profile:
+    """Profile ``name`` of ``agents_dir``; ``content``: its file's bytes, already read
+    (so that what was parsed is exactly what a caller keeps or digests)."""
     path = profile_path(agents_dir, name)
     # Named as the user sees it (.jpfs/agents/NAME.toml): the message lands in error
     # events and the one-line `last` column of listings.
     shown = f"{agents_dir.parent.name}/{agents_dir.name}/{path.name}"
-    data = read_toml(path, ProfileError, shown)
+    if content is None:
+        data = read_toml(path, ProfileError, shown)
+    else:
+        data = parse_toml(content, ProfileError, shown)
     if data is None:
         raise ProfileError(f"no agent profile {name!r} (expected {shown})")
     config = normalize(data, shown)

@@ -18,7 +18,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jpfs.core import config as config_mod
 from jpfs.errors import ConfigError, ScopeError, WorkspaceError
@@ -171,13 +171,14 @@ def open_workspace(
     else:
         root = find_root(path)
     notes: dict[str, str] = {}
-    config = config_mod.load(policy_dir(root, notes), cfg)
-    return Workspace(root, config, notes)
+    where, values = policy_config(root, notes)
+    return Workspace(root, config_mod.load(where, cfg, file_values=values), notes)
 
 
-def policy_dir(root: Path, notes: dict[str, str]) -> Path:
-    """Where ``config.toml`` is read from: ``.jpfs/`` while the branch has it (a good
-    one is kept as the last good copy), else the kept copy, noted in ``notes``.
+def policy_config(root: Path, notes: dict[str, str]) -> tuple[Path, dict[str, Any] | None]:
+    """Where ``config.toml`` is read from, and its checked values if they were read
+    here: ``.jpfs/`` while the branch has it (a good one is kept as the last good
+    copy), else the kept copy, noted in ``notes``.
 
     A file that is there but broken is read all the same, so that its error is the one
     a command shows (a running daemon keeps its previous configuration then).
@@ -188,19 +189,19 @@ def policy_dir(root: Path, notes: dict[str, str]) -> Path:
         data = live.read_bytes()
     except FileNotFoundError:
         notes[f"{JPFS_DIR}/{config_mod.CONFIG_FILE}"] = "missing on this branch"
-        return kept.parent if kept.is_file() else live.parent
+        return (kept.parent if kept.is_file() else live.parent), None
     except OSError:
-        return live.parent
+        return live.parent, None
     try:
-        config_mod.checked(config_mod.parse_toml(data, ConfigError, str(live)), str(live))
+        values = config_mod.checked(config_mod.parse_toml(data, ConfigError, str(live)), str(live))
     except ConfigError:
-        return live.parent
+        return live.parent, None
     keep(data, kept)
     try:
         ignore_local(root / LOCAL_DIR)
     except OSError:
         pass
-    return live.parent
+    return live.parent, values
 
 
 def keep(data: bytes, kept: Path) -> None:

@@ -17,7 +17,7 @@ so a branch with other (narrower) profiles does not fail work already under way:
 conversation keeps the configuration it was created with. A snapshot that changes (a
 peer rewrote ``conversation.toml``) is checked again.
 
-The branch's ``config.toml`` has the same fallback (:func:`jpfs.core.workspace.policy_dir`).
+The branch's ``config.toml`` has the same fallback (:func:`jpfs.core.workspace.policy_config`).
 """
 
 from __future__ import annotations
@@ -53,22 +53,21 @@ def load_profile(ws: Workspace, name: str, *, trusted: bool = True) -> Profile:
     kept = profiles.profile_path(kept_agents(ws), name)
     note_key = f".jpfs/agents/{live.name}"
     try:
-        before = live.read_bytes()
-        profile = profiles.load(ws.agents_dir, name)
-        trust.require(ws.agents_dir, ws.local_dir, profile)
-        unchanged = live.read_bytes() == before
+        # Read once: the bytes parsed and trusted are the bytes kept.
+        content = live.read_bytes()
+        profile = profiles.load(ws.agents_dir, name, content)
+        trust.require(ws.agents_dir, ws.local_dir, profile, content)
     except (OSError, ProfileError) as exc:
         stand_in = _kept(ws, kept)
         if stand_in is not None:
             ws.notes[note_key] = _why(exc, live)
             return stand_in
         if isinstance(exc, UntrustedProfile) and not trusted:
-            return profiles.load(ws.agents_dir, name)
+            return profile
         if isinstance(exc, ProfileError):
             raise
         raise ProfileError(f"no agent profile {name!r} (expected {note_key})") from exc
-    if unchanged:  # a copy is kept only of bytes that loaded
-        keep(before, kept)
+    keep(content, kept)
     ws.notes.pop(note_key, None)
     return profile
 

@@ -67,9 +67,9 @@ def _last_line(text: str) -> str:
     return ""
 
 
-# A line that says nothing of its own: a heading mark, a wrapper tag (<response ...>),
-# a code fence, front matter's fence.
-_EMPTY_LINE = re.compile(r"^(#+|</?[a-z_]+(\s[^>]*)?>|```\w*|\+\+\+|[-*=_]{3,})$")
+# A line that says nothing of its own (its heading marks taken off first): a wrapper
+# tag (<response ...>), a code fence, front matter's fence, a rule.
+_EMPTY_LINE = re.compile(r"^(</?[a-z_]+(\s[^>]*)?>|```\w*|\+\+\+|[-*=_]{3,})$")
 
 
 def _first_line(text: str) -> str:

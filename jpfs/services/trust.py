@@ -49,13 +49,20 @@ def runs_programs(config: dict[str, Any]) -> str:
     return ""
 
 
-def require(agents_dir: Path, local_dir: Path, profile: Profile) -> None:
-    """Refuse ``profile`` if it runs programs and its current content is not trusted."""
+def require(
+    agents_dir: Path, local_dir: Path, profile: Profile, content: bytes | None = None
+) -> None:
+    """Refuse ``profile`` if it runs programs and its current content (``content``,
+    the bytes it was parsed from, or its file's) is not trusted."""
     what = runs_programs(profile.config)
     if not what:
         return
     known = _load(local_dir).get(profile.name)
-    if known == _digest(profile_path(agents_dir, profile.name)):
+    if content is not None:
+        digest = hashlib.sha256(content).hexdigest()
+    else:
+        digest = _digest(profile_path(agents_dir, profile.name))
+    if known == digest:
         return
     why = "changed since it was trusted" if known else "is not trusted on this machine yet"
     raise UntrustedProfile(

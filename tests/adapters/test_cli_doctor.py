@@ -51,3 +51,14 @@ def test_outside_a_workspace(tmp_path: Path, cli: Callable[..., Result]) -> None
     code, found = checks(cli, "-w", str(tmp_path))
     assert code == 1
     assert found["workspace"]["status"] == "fail" and "jpfs init" in found["workspace"]["fix"]
+
+
+def test_on_a_branch_without_jpfs_the_kept_config_is_a_warning(
+    ws: Path, cli: Callable[..., Result]
+) -> None:
+    (ws / ".jpfs" / "config.toml").unlink()  # as a checkout of an older branch leaves it
+    code, found = checks(cli)
+    assert code == 0
+    assert found["config"]["status"] == "warn"
+    assert "missing on this branch" in found["config"]["detail"]
+    assert "check out a branch with .jpfs/" in found["config"]["fix"]

@@ -162,3 +162,9 @@ def test_make_test_without_npm_skips_the_client_tests_outside_ci_only(tmp_path: 
     ci = subprocess.run([make, "clients"], cwd=tmp_path, env={**env, "CI": "1"},
                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert ci.returncode != 0 and "CI must run the client tests" in ci.stderr
+
+
+def test_the_demo_refuses_what_it_does_not_take(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "jpfs.demo", "--kept"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2 and "usage: python -m jpfs.demo [--keep]" in done.stderr

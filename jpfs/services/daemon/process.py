@@ -50,7 +50,6 @@ class Stats:
     started: float = field(default_factory=time.time)
     runs: int = 0
     failures: int = 0
-    last_error: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -22,26 +22,25 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from jpfs.core import config as config_mod
-from jpfs.core import locks, tree
+from jpfs.core import locks
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
-from jpfs.core.workspace import JPFS_DIR, Workspace, policy_dir
+from jpfs.core.workspace import Workspace
 from jpfs.errors import (
     Cancelled,
-    ConfigError,
     ConversationGone,
     JpfsError,
     LockError,
     RepositoryFault,
 )
 from jpfs.infra.providers.base import Provider
-from jpfs.services import policy, runs
+from jpfs.services import policy
 from jpfs.services.daemon import actions, process, queryserver, recovery
 from jpfs.services.daemon.actions import DaemonRunner, Need
+from jpfs.services.daemon.configwatch import ConfigWatch
+from jpfs.services.daemon.lasterror import LastError
 from jpfs.services.daemon.pool import Job, Pool
 from jpfs.services.daemon.reconciler import Reconciler
 from jpfs.services.daemon.shared import SharedRecord
@@ -57,25 +56,14 @@ FAULT_RETRY_MAX = 60.0
 
 
 # Keys a running daemon cannot change under itself; a change waits for the next start.
-RESTART_KEYS = (
-    "conversations.root",
-    "record.branch",
-    "daemon.log_max_bytes",
-    "daemon.log_backups",
-    "sync.remote",
-    "sync.interval",
-    "sync.lease",
-    "sync.machine",
-)
 
 
 class Daemon:
     def __init__(self, ws: Workspace, cfg: Sequence[str] = ()) -> None:
         self.ws = ws
         self.cfg = tuple(cfg)  # the --cfg layers it was started with, kept on a reload
-        self._config_stamp = runs.file_stamp(self.config_file)
-        # (stamp, since when) of a change not yet taken up: see reload_config
-        self._config_seen: tuple[tuple[int, int, int] | None, float] | None = None
+        self.errors = LastError()
+        self.config_watch = ConfigWatch(ws, self.cfg, self.errors.record)
         self.files = process.Files.of(ws)
         self.stop = threading.Event()
         self.force = threading.Event()
@@ -94,7 +82,7 @@ class Daemon:
             debounce=float(settings["daemon.debounce"]),
             settle=float(settings["daemon.settle"]),
             scan_interval=float(settings["daemon.scan_interval"]),
-            on_error=self.record_error,
+            on_error=self.errors.record,
         )
         self._watcher: threading.Thread | None = None
         self._watching = threading.Event()
@@ -103,8 +91,6 @@ class Daemon:
         self.catching_up = False  # ready, still looking at what changed while stopped
         self.queries: queryserver.QueryServer | None = None  # `jpfs query` handed over
         self.shared: SharedRecord | None = None  # sync.remote set: peers share the record
-        # Conversations whose failure is the last error: cleared once no longer failed.
-        self._failed_errors: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -152,7 +138,7 @@ class Daemon:
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(
             self.ws, cfg=self.cfg, providers=self.providers, stopping=self.stop,
-            on_error=self.record_error, idle=lambda: not self.catching_up,
+            on_error=self.errors.record, idle=lambda: not self.catching_up,
         )  # fmt: skip
         self.queries.start()
 
@@ -174,7 +160,7 @@ class Daemon:
         except JpfsError as exc:
             # Ready was already said: keep serving on the periodic scans, and say so.
             log.error("%s: only the periodic scans see changes now", exc)
-            self.record_error(f"file watcher: {exc}; only the periodic scans see changes")
+            self.errors.record(f"file watcher: {exc}; only the periodic scans see changes")
         swept = recovery.sweep_debris(self.ws)
         if swept:
             log.info("removed %d temporary file(s) or dir(s) left by killed processes", swept)
@@ -185,7 +171,7 @@ class Daemon:
         except RepositoryFault as exc:
             # Serve anyway: status says what is wrong, and the scans commit once it is fixed.
             log.error("cannot commit the files found at start: %s", exc)
-            self.record_error(f"start-up: {exc}")
+            self.errors.record(f"start-up: {exc}")
         self.reconciler.start(self.stop)
         self.catching_up = False
         self.write_status(force=True)
@@ -213,7 +199,7 @@ class Daemon:
                 self.reconciler.post(batch)
         except Exception as exc:
             log.exception("the file watcher failed; only the periodic scans remain")
-            self.record_error(f"file watcher: {exc}")
+            self.errors.record(f"file watcher: {exc}")
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -276,7 +262,7 @@ class Daemon:
                     return
                 except ConversationGone:
                     log.info("%s: removed while it ran; nothing more is written to it", conv.id)
-                    self.clear_error_of(conv.id)
+                    self.errors.clear_of(conv.id)
                     return
                 except JpfsError as exc:
                     self.fail(conv, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -292,20 +278,17 @@ class Daemon:
                     last = conv.last_event()
                     reason = last.body.strip() if last is not None and last.role == "error" else ""
                     self.stats.failures += 1
-                    self.record_error(
-                        f"{conv.id}: {reason.splitlines()[0] if reason else 'failed'}", conv.id
-                    )
-                    self._failed_errors.add(conv.id)
+                    first = reason.splitlines()[0] if reason else "failed"
+                    self.errors.record(f"{conv.id}: {first}", conv.id, failed=True)
                     log.warning("%s: failed: %s", conv.id, reason)
                 else:
-                    self.clear_error_of(conv.id)
+                    self.errors.clear_of(conv.id)
         except LockError:
             log.debug("%s: taken by another run; looking again when it is free", conv.id)
 
     def fail(self, conv: Conversation, message: str) -> None:
         self.stats.failures += 1
-        self.record_error(f"{conv.id}: {message}", conv.id)
-        self._failed_errors.add(conv.id)
+        self.errors.record(f"{conv.id}: {message}", conv.id, failed=True)
         log.warning("%s: failed: %s", conv.id, message)
         try:
             actions.record_failure(self.ws, conv, message)
@@ -319,7 +302,7 @@ class Daemon:
         error event; the run is tried again later, from its files, with backoff."""
         delay = self._back_off(conv.id)
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        self.record_error(f"{conv.id}: {first} (trying again in {delay:g} s)", conv.id)
+        self.errors.record(f"{conv.id}: {first} (trying again in {delay:g} s)", conv.id)
         log.warning("%s: repository fault, trying again in %g s: %s", conv.id, delay, first)
 
     def _back_off(self, conv_id: str) -> float:
@@ -335,98 +318,16 @@ class Daemon:
     def on_run_done(self, conv_id: str) -> None:
         self.reconciler.run_done(conv_id, after=self._retry_after.pop(conv_id, 0.0))
 
-    # -- configuration ------------------------------------------------------------------
-    @property
-    def config_file(self) -> Path:
-        return self.ws.jpfs_dir / config_mod.CONFIG_FILE
-
+    # -- configuration and status -------------------------------------------------------
     def tick(self) -> None:
-        self.reload_config()
+        if self.config_watch.poll() is not None:
+            # Pool size and timings at once; the rest as each run reads ws.config.
+            current = self.ws.config
+            self.pool.resize(int(current["daemon.max_agents"]))
+            self.reconciler.debounce = float(current["daemon.debounce"])
+            self.reconciler.settle = float(current["daemon.settle"])
+            self.reconciler.scan_interval = float(current["daemon.scan_interval"])
         self.write_status()
-
-    def reload_config(self) -> None:
-        """Take up an edit of ``.jpfs/config.toml`` (checked by stat, about once a
-        second): pool size and timings at once, the rest as each run reads it. A broken
-        file is reported and the previous configuration kept, so one typo never stops
-        the daemon. Profiles and trust need nothing here: they are read per run."""
-        stamp = runs.file_stamp(self.config_file)
-        if stamp == self._config_stamp:
-            self._config_seen = None
-            return
-        # Wait until the file holds still for daemon.settle seconds: an editor writing
-        # in place truncates first, and an empty file read then is a valid config of
-        # defaults that would silently replace the user's.
-        now = time.monotonic()
-        if self._config_seen is None or self._config_seen[0] != stamp:
-            self._config_seen = (stamp, now)
-            return
-        if now - self._config_seen[1] < float(self.ws.config["daemon.settle"]):
-            return
-        self._config_stamp, self._config_seen = stamp, None
-        # A file missing on the branch now checked out is not a new policy: the last
-        # good copy stands in (jpfs.core.workspace.policy_dir).
-        notes: dict[str, str] = {}
-        try:
-            fresh = config_mod.load(policy_dir(self.ws.root, notes), self.cfg)
-        except ConfigError as exc:
-            log.error("config not reloaded, the previous one stays in force: %s", exc)
-            self.record_error(f"config: {exc} (the previous configuration stays in force)")
-            return
-        shown = f"{JPFS_DIR}/{config_mod.CONFIG_FILE}"
-        if shown in notes:
-            self.ws.notes[shown] = notes[shown]
-            log.warning("%s: %s; the previous configuration stays in force", shown, notes[shown])
-            return
-        self.ws.notes.pop(shown, None)
-        current = self.ws.config
-        changed = sorted(k for k, v in fresh.values.items() if current.values.get(k) != v)
-        later = [k for k in changed if k in RESTART_KEYS]
-        for key in changed:
-            if key not in later:
-                current.values[key] = fresh.values[key]
-                current.sources[key] = fresh.sources[key]
-        self.pool.resize(int(current["daemon.max_agents"]))
-        self.reconciler.debounce = float(current["daemon.debounce"])
-        self.reconciler.settle = float(current["daemon.settle"])
-        self.reconciler.scan_interval = float(current["daemon.scan_interval"])
-        if changed:
-            log.info("config reloaded: %s", ", ".join(k for k in changed if k not in later))
-        if later:
-            log.warning("%s change(s) at the next daemon start", ", ".join(later))
-            self.record_error(f"config: {', '.join(later)} change(s) at the next daemon start")
-
-    def _current_error(self) -> dict[str, Any] | None:
-        """The last error, unless the conversation it names was removed since, or no
-        longer failed (mended and retried by whoever ran it: this daemon or a CLI)."""
-        error = self.stats.last_error
-        conv_id = error.get("conversation") if error is not None else None
-        if conv_id is None:
-            return error
-        conv = Conversation(self.ws.conv_root, conv_id)
-        try:
-            over = not conv.exists() or (
-                conv_id in self._failed_errors and tree.state_of(conv) is not State.FAILED
-            )
-        except (OSError, JpfsError):
-            over = False
-        if over:
-            self.stats.last_error = None
-            return None
-        return error
-
-    # -- status ---------------------------------------------------------------------------
-    def record_error(self, message: str, conversation: str | None = None) -> None:
-        self._failed_errors.clear()  # only the last error is shown: only it is watched
-        error: dict[str, Any] = {"time": process.iso(time.time()), "message": message}
-        if conversation is not None:
-            error["conversation"] = conversation
-        self.stats.last_error = error
-
-    def clear_error_of(self, conv_id: str) -> None:
-        """A conversation that ran to its end, or is gone, is no longer the last error."""
-        error = self.stats.last_error
-        if error is not None and error.get("conversation") == conv_id:
-            self.stats.last_error = None
 
     def write_status(self, force: bool = False) -> None:
         """Refresh daemon.json: within 0.25 s of a change, else every 2 s (times move on)."""
@@ -466,7 +367,7 @@ class Daemon:
             "scans": self.reconciler.scans,
             "last_scan_s": round(self.reconciler.last_scan_seconds, 3),
             "conversations": len(self.reconciler.seen),
-            "last_error": self._current_error(),
+            "last_error": self.errors.shown(self.ws.conv_root),
             # What of .jpfs/ the last good copy stands in for (jpfs.services.policy).
             "policy": dict(sorted(self.ws.notes.items())),
         }

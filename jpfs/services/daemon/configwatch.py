@@ -1,0 +1,93 @@
+"""A running daemon takes up edits of ``.jpfs/config.toml``.
+
+The file is checked by stat on each pass of the daemon's loop (about once a second)
+and read once it has held still for ``daemon.settle`` seconds: an editor writing in
+place truncates first, and an empty file read then is a valid config of defaults
+that would silently replace the user's. A broken file is reported and the previous
+configuration kept, so one typo never stops the daemon; a file missing on the branch
+now checked out is not a new policy either (the last good copy stands in,
+:func:`jpfs.core.workspace.policy_config`). Keys the daemon cannot change under itself
+wait for the next start. Profiles and trust need nothing here: they are read per run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from jpfs.core import config as config_mod
+from jpfs.core.workspace import JPFS_DIR, Workspace, policy_config
+from jpfs.errors import ConfigError
+from jpfs.services import runs
+
+log = logging.getLogger("jpfs.services.daemon")
+
+# Keys a running daemon does not change under itself: they apply at its next start.
+RESTART_KEYS = (
+    "conversations.root",
+    "record.branch",
+    "daemon.log_max_bytes",
+    "daemon.log_backups",
+    "sync.remote",
+    "sync.interval",
+    "sync.lease",
+    "sync.machine",
+)
+SHOWN = f"{JPFS_DIR}/{config_mod.CONFIG_FILE}"
+
+
+class ConfigWatch:
+    def __init__(self, ws: Workspace, cfg: Sequence[str], on_error: Callable[[str], None]) -> None:
+        self.ws = ws
+        self.cfg = tuple(cfg)  # the --cfg layers the daemon was started with, kept
+        self.on_error = on_error
+        self._stamp = runs.file_stamp(self.file)
+        # (stamp, since when) of a change not yet taken up
+        self._seen: tuple[tuple[int, int, int] | None, float] | None = None
+
+    @property
+    def file(self) -> Path:
+        return self.ws.jpfs_dir / config_mod.CONFIG_FILE
+
+    def poll(self) -> list[str] | None:
+        """Take up a settled edit into ``ws.config``; the keys changed now, or None
+        when nothing was taken up."""
+        stamp = runs.file_stamp(self.file)
+        if stamp == self._stamp:
+            self._seen = None
+            return None
+        now = time.monotonic()
+        if self._seen is None or self._seen[0] != stamp:
+            self._seen = (stamp, now)
+            return None
+        if now - self._seen[1] < float(self.ws.config["daemon.settle"]):
+            return None
+        self._stamp, self._seen = stamp, None
+        notes: dict[str, str] = {}
+        try:
+            where, values = policy_config(self.ws.root, notes)
+            fresh = config_mod.load(where, self.cfg, file_values=values)
+        except ConfigError as exc:
+            log.error("config not reloaded, the previous one stays in force: %s", exc)
+            self.on_error(f"config: {exc} (the previous configuration stays in force)")
+            return None
+        if SHOWN in notes:
+            self.ws.notes[SHOWN] = notes[SHOWN]
+            log.warning("%s: %s; the previous configuration stays in force", SHOWN, notes[SHOWN])
+            return None
+        self.ws.notes.pop(SHOWN, None)
+        current = self.ws.config
+        changed = sorted(k for k, v in fresh.values.items() if current.values.get(k) != v)
+        later = [k for k in changed if k in RESTART_KEYS]
+        now_keys = [k for k in changed if k not in later]
+        for key in now_keys:
+            current.values[key] = fresh.values[key]
+            current.sources[key] = fresh.sources[key]
+        if now_keys:
+            log.info("config reloaded: %s", ", ".join(now_keys))
+        if later:
+            log.warning("%s change(s) at the next daemon start", ", ".join(later))
+            self.on_error(f"config: {', '.join(later)} change(s) at the next daemon start")
+        return now_keys
