@@ -15,7 +15,7 @@ commands on the full tree take seconds each, so they run --repeat-tree times):
 * ``jpfs conversation grep P`` against ``git grep P`` on the conversation root, for a
   pattern with a few hundred matches and one with none (target: within 1.2x); plus
   the ``git grep`` jpfs actually runs (same flags; and with ``--untracked``, for
-  reference), ``jpfs.services.search.grep`` in process, the scan for files not
+  reference), ``jpfs.services.views.search.grep`` in process, the scan for files not
   committed (``jpfs.infra.untracked``, its cache warm, against the ``git ls-files -o``
   it replaced) and the CLI with that cache deleted before each run (cold);
 * the CLI right after git run by hand rewrote the index (the cache keeps its
@@ -158,7 +158,7 @@ def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[
 def bench_grep(ws: Path, repeat: int, expected: int, files: int) -> dict[str, Any]:
     from jpfs.core.workspace import open_workspace
     from jpfs.infra import untracked as scan
-    from jpfs.services import search
+    from jpfs.services.views import search
 
     workspace = open_workspace(ws, search=False)
     record = workspace.conv_root  # the record worktree: git runs there, on its branch
@@ -213,7 +213,7 @@ def bench_grep(ws: Path, repeat: int, expected: int, files: int) -> dict[str, An
                 if files >= GREP_TARGET_FILES
                 else f" (target at {GREP_TARGET_FILES:,}+ files)",
             ),
-            row("jpfs.services.search.grep() in process", inproc),
+            row("jpfs.services.views.search.grep() in process", inproc),
             row("  of which, beside git grep: the untracked scan", got["scan"]),
             row("  git ls-files -o, the scan it replaced", got["others"]),
             row("jpfs conversation grep P, its cache cold", got["cold"]),

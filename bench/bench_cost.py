@@ -3,14 +3,14 @@
 Usage: python bench/bench_cost.py [--quick] [--turns N] [--sizes 100,1000,10000]
 
 * caching: one conversation runs a tool loop of N turns (default 30) through the real
-  runtime (``jpfs.services.query.query``), the real anthropic SDK and
+  runtime (``jpfs.services.run.query.query``), the real anthropic SDK and
   ``tests/messages_server.py``, whose prompt-cache simulation counts each request's
   input as the Messages API would (cache reads, cache writes, fresh input; prefixes
   under 1,024 tokens are not cached). Each turn reads a 2 KB file, so the prompt grows
   as a real loop's does. The same loop runs with ``prompt_cache = false``. Reported:
   how many input tokens were sent as cache reads, and the dollars at
   claude-sonnet-4-5's prices, on against off.
-* budget checks: :func:`jpfs.services.budgets.check` (what every model call pays) in
+* budget checks: :func:`jpfs.services.conversations.budgets.check` (what every model call pays) in
   records of 100, 1,000 and 10,000 conversations (10 events each), for a conversation
   whose top-level caller (9 siblings) has a budget, then for a budget over the whole
   record (every conversation under one root): the first look of a process (it reads
@@ -68,8 +68,8 @@ max_turns = 100
 def loop(tmp: Path, name: str, cache: bool, turns: int, server: Any) -> dict[str, Any]:
     """One ``turns``-turn tool loop; the usage jpfs recorded for it."""
     from jpfs.core.workspace import open_workspace
-    from jpfs.services.query import query
-    from jpfs.services.runtime import Runner
+    from jpfs.services.run.query import query
+    from jpfs.services.run.runtime import Runner
     from tests.messages_server import PromptCache, text_reply, tool_results, tool_use_reply
 
     ws_root = make_workspace(tmp / name)
@@ -169,8 +169,8 @@ def budget(ws_root: Path, holder: str, tokens: int) -> None:
 def check_one(tmp: Path, size: int, shape: str, repeat: int) -> dict[str, Any]:
     from jpfs.core.conversation import Conversation
     from jpfs.core.workspace import open_workspace
-    from jpfs.services import budgets
-    from jpfs.services.runtime import Runner
+    from jpfs.services.conversations import budgets
+    from jpfs.services.run.runtime import Runner
 
     ws_root = make_workspace(tmp / f"checks-{size}-{shape}")
     populate(ws_root, size, 10)

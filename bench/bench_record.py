@@ -64,7 +64,7 @@ from jpfs.core import locks, record
 from jpfs.core.conversation import Conversation, create
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.infra import textfile
-from jpfs.services.runtime import Runner
+from jpfs.services.run.runtime import Runner
 
 _BODY = "The parser rejects empty input; see src/parse.py line 40. " * 4
 

@@ -7,7 +7,7 @@ The ``zero`` profile answers with one text turn, instantly, onboarding off, so
 everything measured is jpfs: creating the conversation, the runner's steps and the
 commits each step makes.
 
-* (a) in process: ``jpfs.services.query.query(ws, "hi", agent="zero")`` per call (median, p99;
+* (a) in process: ``jpfs.services.run.query.query(ws, "hi", agent="zero")`` per call (median, p99;
   target: under 50 ms), split into create (the conversation and its first commit)
   and run (the runner's steps), and the time spent inside ``Committer.commit``;
 * (b) the same through a subprocess:
@@ -123,9 +123,9 @@ def bench_in_process(ws_root: Path, runs: int) -> dict[str, Any]:
     """(a), with per-query medians of its parts: create, run, and time in commits."""
     from jpfs.core.state import State
     from jpfs.core.workspace import open_workspace
-    from jpfs.services import lifecycle
-    from jpfs.services.query import query
-    from jpfs.services.runtime import Runner
+    from jpfs.services.conversations import lifecycle
+    from jpfs.services.run.query import query
+    from jpfs.services.run.runtime import Runner
 
     ws = open_workspace(ws_root, search=False)
     runner = Runner(ws)
@@ -170,7 +170,7 @@ def bench_fanout(ws_root: Path, runs: int, children: int) -> tuple[Stats, Stats,
     """(K sequential zero queries, one parent fanning out to K, git commits per fan-out)."""
     from jpfs.core.state import State
     from jpfs.core.workspace import open_workspace
-    from jpfs.services.query import query
+    from jpfs.services.run.query import query
 
     ws = open_workspace(ws_root, search=False)
 

@@ -115,7 +115,7 @@ def _remove_spent() -> None:
 
 def make_workspace(path: Path) -> Path:
     """A git repo with one commit and an initialised jpfs workspace (identity pinned)."""
-    from jpfs.services.bootstrap import init_workspace
+    from jpfs.services.workspace.bootstrap import init_workspace
 
     pin_environment()
     path.mkdir(parents=True)
@@ -153,7 +153,7 @@ def _record_template(ws_root: Path) -> str:
     made by jpfs itself, with the id-specific fields as placeholders."""
     from jpfs.core.conversation import create
     from jpfs.core.workspace import open_workspace
-    from jpfs.services.lifecycle import agent_config
+    from jpfs.services.conversations.lifecycle import agent_config
 
     ws = open_workspace(ws_root, search=False)
     conv = create(

@@ -26,9 +26,9 @@ from jpfs.core.conversation import ANSWERS, QUESTIONS, TASK, Conversation, creat
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import StateError
-from jpfs.services import lifecycle, onboarding
-from jpfs.services.query import Outcome, outcome, query
-from jpfs.services.runtime import Progress, Runner
+from jpfs.services.conversations import lifecycle, onboarding
+from jpfs.services.run.query import Outcome, outcome, query
+from jpfs.services.run.runtime import Progress, Runner
 from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox)
 
 

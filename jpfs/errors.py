@@ -60,7 +60,7 @@ class ProfileError(ConfigError):
 
 
 class UntrustedProfile(ProfileError):
-    """A profile that runs local programs is not trusted on this machine (jpfs.services.trust)."""
+    """A profile that runs local programs is not trusted on this machine (jpfs.services.workspace.trust)."""
 
 
 class FormatError(JpfsError):

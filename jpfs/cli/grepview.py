@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Callable
 
-from jpfs.services.search import Match, Shown
+from jpfs.services.views.search import Match, Shown
 
 _ON, _OFF = "\x1b[1;31m", "\x1b[0m"
 

@@ -232,7 +232,7 @@ class EventLog:
     ) -> tuple[Event, str]:
         """The next event, numbered, and the text of its file, which is not written yet:
         :meth:`append_event` writes it, or a committer as it commits it (a run's
-        :meth:`~jpfs.services.runtime.Runner.record_event`); then :meth:`adopt_event`."""
+        :meth:`~jpfs.services.run.runtime.Runner.record_event`); then :meth:`adopt_event`."""
         if role not in ROLES:
             raise ValueError(f"unknown event role {role!r}")
         names = self.event_names()

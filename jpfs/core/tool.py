@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from jpfs.infra.providers.base import ToolSpec
 
 JsonDict = dict[str, Any]
-log = logging.getLogger("jpfs.services.runtime")  # where tool crashes were always logged
+log = logging.getLogger("jpfs.services.run.runtime")  # where tool crashes were always logged
 
 
 @dataclass

@@ -6,7 +6,7 @@ for ``.jpfs/config.toml``, so read-only commands start fast.
 ``.jpfs/`` is committed on the user's branch, so a checkout, a bisect or a stash can
 take it away for a while. The last good ``config.toml`` is therefore kept in
 ``.jpfs/local/policy/`` (machine-local, never committed) and stands in for it while the
-branch has none (:mod:`jpfs.services.policy` does the same for the agent profiles).
+branch has none (:mod:`jpfs.services.workspace.policy` does the same for the agent profiles).
 ``Workspace.notes`` says when it does.
 """
 
@@ -54,7 +54,7 @@ class Workspace:
     @property
     def agents_dir(self) -> Path:
         """The branch's profiles (what `jpfs trust` reviews); runs read them through
-        :func:`jpfs.services.policy.load_profile`, which falls back on the kept copy."""
+        :func:`jpfs.services.workspace.policy.load_profile`, which falls back on the kept copy."""
         return self.jpfs_dir / "agents"
 
     @property

@@ -25,10 +25,10 @@ from jpfs.core.state import AGENT_ACTS
 from jpfs.core.tool import Tool, ToolContext
 from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, ConfigError, JpfsError, LockError
-from jpfs.services import lifecycle
-from jpfs.services.control import find_child_for_call
-from jpfs.services.handoff import Outcome
-from jpfs.services.runtime import Progress, Runner
+from jpfs.services.conversations import lifecycle
+from jpfs.services.run.control import find_child_for_call
+from jpfs.services.run.handoff import Outcome
+from jpfs.services.run.runtime import Progress, Runner
 from jpfs.tools.registry import build_tools, catalog
 
 log = logging.getLogger("jpfs.mcp")

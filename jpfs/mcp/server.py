@@ -29,7 +29,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from jpfs.mcp.caller import Caller, definitions
-from jpfs.services.runtime import Progress
+from jpfs.services.run.runtime import Progress
 
 USAGE_META = "jpfs/usage"
 

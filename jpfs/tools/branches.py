@@ -33,7 +33,7 @@ def _author(ctx: ToolContext) -> Any:
 
 
 def merge_tool(ctx: ToolContext, args: JsonDict) -> str:
-    from jpfs.services import merge
+    from jpfs.services.forks import merge
 
     result = merge.merge(_ws(ctx), str(args["id"]), within=ctx.conversation, author=_author(ctx))
     return result.summary()
@@ -41,7 +41,7 @@ def merge_tool(ctx: ToolContext, args: JsonDict) -> str:
 
 def branch_diff(ctx: ToolContext, args: JsonDict) -> str:
     from jpfs.core import scope
-    from jpfs.services import branches
+    from jpfs.services.forks import branches
 
     ws = _ws(ctx)
     conv_id = scope.resolve(ws.conv_root, str(args["id"]), within=ctx.conversation)
@@ -55,7 +55,7 @@ def branch_diff(ctx: ToolContext, args: JsonDict) -> str:
 
 
 def branch_discard(ctx: ToolContext, args: JsonDict) -> str:
-    from jpfs.services import worktrees
+    from jpfs.services.forks import worktrees
 
     done = worktrees.discard(_ws(ctx), str(args["id"]), within=ctx.conversation)
     return "discarded the branch and worktree of " + ", ".join(done)

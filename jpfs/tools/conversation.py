@@ -18,10 +18,11 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.errors import LimitError, ProfileError, ToolError, ToolFailure
-from jpfs.services import control, search
+from jpfs.services.run import control
+from jpfs.services.views import search
 
 if TYPE_CHECKING:
-    from jpfs.services.query import Outcome
+    from jpfs.services.run.query import Outcome
 
 
 def _ws(ctx: ToolContext) -> Any:
@@ -38,7 +39,7 @@ def allowed_agents(config: Mapping[str, Any]) -> list[str]:
 
 
 def jp_query(ctx: ToolContext, args: JsonDict) -> str:
-    from jpfs.services.query import query
+    from jpfs.services.run.query import query
 
     ws = _ws(ctx)
     config = _caller_config(ctx)
@@ -158,7 +159,7 @@ def jp_conversation_grep(ctx: ToolContext, args: JsonDict) -> str:
     return "\n".join(lines)
 
 
-# A new sub-agent's budget (jpfs.services.budgets): never more than the caller has left.
+# A new sub-agent's budget (jpfs.services.conversations.budgets): never more than the caller has left.
 BUDGET_PROPERTIES: JsonDict = {
     "budget_tokens": {
         "type": "integer",

@@ -1,6 +1,6 @@
 """Lifecycle tools: ``fork``, ``kill``, ``jp_await`` and ``mail_send|check|read|delete|filter``.
 
-Thin adapters over :mod:`jpfs.services.control`, :mod:`jpfs.services.reports` and :mod:`jpfs.services.mail`; the
+Thin adapters over :mod:`jpfs.services.run.control`, :mod:`jpfs.services.conversations.reports` and :mod:`jpfs.services.conversations.mail`; the
 caller is always ``ctx.conversation`` (never an id the model supplies), so scope
 holds however the model words its arguments. Results are JSON; every tool that
 creates or names a conversation returns its id as ``conversation_id``. An agent
@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from jpfs.core.tool import JsonDict, Tool, ToolContext
-from jpfs.services import control, mail, reports
+from jpfs.services.conversations import mail, reports
+from jpfs.services.run import control
 from jpfs.tools.conversation import BUDGET_PROPERTIES
 
 DELEGATING = frozenset({"fork", "jp_query"})

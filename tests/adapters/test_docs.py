@@ -942,8 +942,9 @@ def branches_scenario(env: Env) -> Path:
     ``a/b`` is merged into ``a``, then ``a`` into main: the story the doc tells."""
     from jpfs.core.conversation import Conversation
     from jpfs.core.workspace import open_workspace
-    from jpfs.services import branches, lifecycle
-    from jpfs.services.merge import merge
+    from jpfs.services.conversations import lifecycle
+    from jpfs.services.forks import branches
+    from jpfs.services.forks.merge import merge
 
     root = workspace(env)
     (root / ".jpfs" / "agents" / "impl.toml").write_text(BRANCH_PROFILE, encoding="utf-8")
@@ -1325,7 +1326,7 @@ def mail_message(block: Block, env: Env) -> None:
     from jpfs.core import frontmatter
     from jpfs.core.conversation import create
     from jpfs.core.workspace import open_workspace
-    from jpfs.services import mail
+    from jpfs.services.conversations import mail
 
     meta, body = frontmatter.parse(block.text)
     ws = open_workspace(workspace(env))
@@ -1417,7 +1418,7 @@ def onboarding_questions(block: Block, env: Env) -> None:
     asks two questions, round 2 is ready; unanswered round 1 is ``waiting``."""
     from jpfs.core import tree
     from jpfs.core.state import Onboarding, derive, onboarding_of, split_rounds
-    from jpfs.services import onboarding
+    from jpfs.services.conversations import onboarding
 
     rounds = split_rounds(block.text)
     assert sorted(rounds) == [1, 2]
@@ -1435,7 +1436,7 @@ def onboarding_questions(block: Block, env: Env) -> None:
 def onboarding_brief(block: Block, env: Env) -> None:
     """The first user event is the task and the whole Q&A, exactly as shown, for the
     questions.md shown above it and the answers this block quotes."""
-    from jpfs.services import onboarding
+    from jpfs.services.conversations import onboarding
 
     questions = block_at(env, "protocol/onboarding.md", "# Questions").text
     answers = block.text.split("Answers:\n", 1)[1].split("\n\n", 1)[0]

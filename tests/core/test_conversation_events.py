@@ -14,7 +14,7 @@ from pathlib import Path
 import jpfs
 from jpfs.core.conversation import Conversation, create
 from jpfs.core.workspace import open_workspace
-from jpfs.services.runtime import Runner
+from jpfs.services.run.runtime import Runner
 from tests.conftest import rgit, wait_until
 
 PROJECT_ROOT = Path(jpfs.__file__).resolve().parent.parent

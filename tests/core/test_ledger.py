@@ -14,7 +14,7 @@ from jpfs.core.conversation import Conversation, create
 from jpfs.core.ledger import Book
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.infra.providers.base import Usage
-from jpfs.services import lifecycle
+from jpfs.services.conversations import lifecycle
 from tests.conftest import rgit
 
 MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "local-model")

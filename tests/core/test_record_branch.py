@@ -283,7 +283,7 @@ def test_the_old_layout_is_refused_and_migrate_moves_it_with_its_history(
     # The layout before the record branch: conversations committed on the user's branch.
     old = repo / ".jpfs"
     old.mkdir()
-    from jpfs.services.bootstrap import template_agents, template_text
+    from jpfs.services.workspace.bootstrap import template_agents, template_text
 
     (old / "config.toml").write_text(template_text("config.toml"), encoding="utf-8")
     (old / "agents").mkdir()

@@ -85,8 +85,8 @@ def test_a_retry_after_a_refusal_keeps_the_task(
     from jpfs.core.conversation import Conversation
     from jpfs.core.state import State
     from jpfs.core.workspace import open_workspace
-    from jpfs.services.lifecycle import agent_config
-    from jpfs.services.runtime import Runner
+    from jpfs.services.conversations.lifecycle import agent_config
+    from jpfs.services.run.runtime import Runner
 
     conv = plant(hostile_ws, "retry", WIDER["more-tools"])
     w = open_workspace(hostile_ws)

@@ -9,7 +9,7 @@ import os
 import socket
 from pathlib import Path
 
-from jpfs.services import handoff
+from jpfs.services.run import handoff
 from tests.conftest import jpfs_subprocess
 from tests.messages_server import MessagesServer
 

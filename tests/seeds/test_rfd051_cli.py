@@ -22,7 +22,7 @@ import pytest
 from jpfs.core import tree
 from jpfs.core.conversation import Conversation, now
 from jpfs.core.workspace import open_workspace
-from jpfs.services.lifecycle import gc
+from jpfs.services.conversations.lifecycle import gc
 from tests.conftest import Result, grep_brief, write_profile
 from tests.messages_server import Router, last_user_text, text_reply
 from tests.seeds.conftest import MAIN_PROMPT, RESEARCHER_PROMPT

@@ -17,7 +17,7 @@ from typing import Any
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import open_workspace
-from jpfs.services.query import query
+from jpfs.services.run.query import query
 from tests.conftest import rgit
 from tests.messages_server import (
     Router,

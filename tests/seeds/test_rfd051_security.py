@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from jpfs.core.workspace import open_workspace
-from jpfs.services.lifecycle import new_conversation
-from jpfs.services.query import query
+from jpfs.services.conversations.lifecycle import new_conversation
+from jpfs.services.run.query import query
 from tests.conftest import write_profile
 from tests.messages_server import (
     Router,

@@ -19,10 +19,11 @@ from jpfs.core import tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
-from jpfs.services import control, mail, reports
-from jpfs.services.lifecycle import new_conversation
-from jpfs.services.query import query
-from jpfs.services.runtime import Runner
+from jpfs.services.conversations import mail, reports
+from jpfs.services.conversations.lifecycle import new_conversation
+from jpfs.services.run import control
+from jpfs.services.run.query import query
+from jpfs.services.run.runtime import Runner
 from jpfs.tools.registry import catalog
 from tests.conftest import Result, no_thread_leak, rgit, write_profile
 from tests.messages_server import (

@@ -16,8 +16,8 @@ import pytest
 from jpfs.core import ids, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import open_workspace
-from jpfs.services import branches
-from jpfs.services.runtime import Runner
+from jpfs.services.forks import branches
+from jpfs.services.run.runtime import Runner
 from jpfs.tools.registry import catalog
 from tests.conftest import Result, git, rgit, write_profile
 
@@ -285,7 +285,7 @@ def test_nested_fork_merges_into_parent_branch_then_main(
 
 
 def test_merge_never_overwrites_uncommitted_changes(ws: Path, cli: Callable[..., Result]) -> None:
-    from jpfs.services import lifecycle
+    from jpfs.services.conversations import lifecycle
 
     write_profile(ws, "impl", IMPL)
     workspace = open_workspace(ws)

@@ -14,8 +14,9 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.tool import ToolContext
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import LockError, MergeConflict, ScopeError, StateError
-from jpfs.services import branches, lifecycle, worktrees
-from jpfs.services.merge import merge
+from jpfs.services.conversations import lifecycle
+from jpfs.services.forks import branches, worktrees
+from jpfs.services.forks.merge import merge
 from jpfs.tools import fs
 from tests.conftest import Result, git, rgit, wait_until, write_profile
 
@@ -253,7 +254,7 @@ def test_gc_removes_killed_merged_and_orphaned_worktrees_and_reports_the_rest(
 
 def test_forks_made_outside_new_conversation_get_their_branch(wsp: Workspace) -> None:
     from jpfs.core.conversation import create
-    from jpfs.services.runtime import Runner
+    from jpfs.services.run.runtime import Runner
 
     fork(wsp, "a")
     tip = edit(wsp, "a", "a.txt", "a\n")

@@ -18,9 +18,10 @@ from jpfs.core.conversation import Conversation, Event
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import ExistsError
-from jpfs.services import background, control, lifecycle, mail
-from jpfs.services.query import query
-from jpfs.services.runtime import Runner
+from jpfs.services.conversations import lifecycle, mail
+from jpfs.services.run import background, control
+from jpfs.services.run.query import query
+from jpfs.services.run.runtime import Runner
 from tests.conftest import rgit, wait_until, write_profile
 
 LEAD = """

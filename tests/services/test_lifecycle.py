@@ -17,11 +17,12 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import Cancelled, LimitError, NotFoundError, ScopeError
-from jpfs.services import background, control, mail, reports
-from jpfs.services.history import parse_trailers
-from jpfs.services.lifecycle import new_conversation
-from jpfs.services.query import query
-from jpfs.services.runtime import Runner
+from jpfs.services.conversations import mail, reports
+from jpfs.services.conversations.lifecycle import new_conversation
+from jpfs.services.run import background, control
+from jpfs.services.run.query import query
+from jpfs.services.run.runtime import Runner
+from jpfs.services.views.history import parse_trailers
 from tests.conftest import Result, no_thread_leak, rgit, wait_until, write_profile
 from tests.messages_server import (
     conversation_of,

@@ -15,10 +15,11 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.tool import ToolContext
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import IdError, NotFoundError, ScopeError
-from jpfs.services import background, control, inputs, mail, reports
-from jpfs.services.history import parse_trailers
-from jpfs.services.lifecycle import new_conversation
-from jpfs.services.runtime import Runner
+from jpfs.services.conversations import inputs, mail, reports
+from jpfs.services.conversations.lifecycle import new_conversation
+from jpfs.services.run import background, control
+from jpfs.services.run.runtime import Runner
+from jpfs.services.views.history import parse_trailers
 from jpfs.tools.registry import build_tools
 from tests.conftest import Result, no_thread_leak, rgit, wait_until, write_profile
 
@@ -210,7 +211,7 @@ def test_mail_tools_act_on_the_callers_own_mailbox(tree3: Workspace, ws: Path) -
 
 def test_profiles_that_cannot_delegate_mail_their_parent_only(tree3: Workspace) -> None:
     w = tree3
-    from jpfs.services.lifecycle import agent_config
+    from jpfs.services.conversations.lifecycle import agent_config
 
     researcher = agent_config(w, "researcher")
     assert {"mail_send", "mail_check", "mail_read"} <= set(researcher["tools"]["allow"])

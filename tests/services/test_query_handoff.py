@@ -1,4 +1,4 @@
-"""`jpfs query` with a daemon running hands its run to the daemon (jpfs.services.handoff,
+"""`jpfs query` with a daemon running hands its run to the daemon (jpfs.services.run.handoff,
 jpfs.services.daemon.queryserver): real daemon process, real socket, the real SDK
 against the local Messages API server, the real CLI in its own process."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jpfs.services import handoff
+from jpfs.services.run import handoff
 from tests.conftest import (
     git,
     jpfs_subprocess,
@@ -122,7 +122,7 @@ def test_a_query_is_run_by_the_daemon_streamed_and_the_client_loads_no_sdk(
     }
     roots = {name.split(".")[0] for name in imported}
     assert imported and not {"anthropic", "httpx2", "pygit2"} & roots
-    assert not {"jpfs.services.daemon", "jpfs.services.runtime"} & imported
+    assert not {"jpfs.services.daemon", "jpfs.services.run.runtime"} & imported
 
 
 def _history(ws: Path, conv: str) -> list[str]:

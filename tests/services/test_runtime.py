@@ -9,9 +9,9 @@ from pathlib import Path
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import open_workspace
-from jpfs.services.history import parse_trailers
-from jpfs.services.query import query
-from jpfs.services.runtime import Runner
+from jpfs.services.run.query import query
+from jpfs.services.run.runtime import Runner
+from jpfs.services.views.history import parse_trailers
 from tests.conftest import jpfs_subprocess, rgit, write_profile
 from tests.messages_server import (
     Router,
@@ -147,7 +147,7 @@ def test_jp_query_refuses_out_of_scope_ids_overrides_and_profiles(ws: Path, api_
     write_profile(ws, "main", MAIN)
     write_profile(ws, "child", CHILD)
     w = open_workspace(ws)
-    from jpfs.services.lifecycle import new_conversation
+    from jpfs.services.conversations.lifecycle import new_conversation
 
     new_conversation(w, "sibling", agent="child")
     calls = [
@@ -215,7 +215,7 @@ text = "done"
 """,
     )
     w = open_workspace(ws)
-    from jpfs.services.lifecycle import new_conversation
+    from jpfs.services.conversations.lifecycle import new_conversation
 
     conv = new_conversation(w, "r", agent="s", task="list")
     runner = Runner(w)

@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from jpfs.services.search import _maybe_hidden
+from jpfs.services.views.search import _maybe_hidden
 
 RECORDS = [
     "hidden = true\n",

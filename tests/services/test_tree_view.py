@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jpfs.core import locks
 from jpfs.core.workspace import open_workspace
-from jpfs.services import lifecycle
+from jpfs.services.conversations import lifecycle
 from tests.conftest import Result
 from tests.services.test_daemon_helpers import setup_workspace
 

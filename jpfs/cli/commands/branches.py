@@ -18,7 +18,7 @@ def merge(conv_id: Id, root_id: RootId = None) -> None:
     Prints the merge commit. A conflict, or a merge that would overwrite uncommitted
     changes, changes nothing and names the files.
     """
-    from jpfs.services import merge as merging
+    from jpfs.services.forks import merge as merging
 
     ws = state.ws()
     result = merging.merge(ws, scoped(ws, conv_id, root_id))
@@ -28,7 +28,7 @@ def merge(conv_id: Id, root_id: RootId = None) -> None:
 
 def discard(conv_id: Id, root_id: RootId = None) -> None:
     """Remove ID's worktree and branch (and its branch sub-conversations'); keeps the record."""
-    from jpfs.services import worktrees
+    from jpfs.services.forks import worktrees
 
     ws = state.ws()
     for done in worktrees.discard(ws, scoped(ws, conv_id, root_id)):
@@ -41,7 +41,7 @@ def diff(
     root_id: RootId = None,
 ) -> None:
     """Show ID's committed changes: what merging its branch would bring."""
-    from jpfs.services import branches
+    from jpfs.services.forks import branches
 
     ws = state.ws()
     out(branches.diff(ws, scoped(ws, conv_id, root_id), stat=stat))

@@ -20,7 +20,7 @@ RootId = Annotated[
     typer.Option("--root-id", help="Refuse every id that is not a strict descendant of this one."),
 ]
 
-# A new conversation's budget: it and its descendants (jpfs.services.budgets).
+# A new conversation's budget: it and its descendants (jpfs.services.conversations.budgets).
 BudgetTokens = Annotated[
     int | None,
     typer.Option(
@@ -50,7 +50,7 @@ def subtree(ws: Workspace, conv_id: str | None, root_id: str | None) -> str | No
 def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
     """The id to act on (the active one if omitted), checked against --root-id in the core."""
     from jpfs.core import scope
-    from jpfs.services import lifecycle
+    from jpfs.services.conversations import lifecycle
 
     if root_id is not None:
         root_id = scope.resolve(ws.conv_root, root_id)
@@ -77,7 +77,7 @@ def new(
 ) -> None:
     """Create a conversation and print its id."""
     from jpfs.core import scope
-    from jpfs.services import lifecycle
+    from jpfs.services.conversations import lifecycle
 
     ws = state.ws()
     if root_id is not None:
@@ -185,7 +185,7 @@ def grep(
     highlighted on a terminal). Exit 0 when found, 1 when not, 2 on a bad pattern."""
     from jpfs.cli import grepview
     from jpfs.core import scope
-    from jpfs.services import search
+    from jpfs.services.views import search
 
     check_grep_flags(files_with_matches, count, context, fmt)
     ws = state.ws()
@@ -253,7 +253,7 @@ def fork(
     root_id: RootId = None,
 ) -> None:
     """Create a child of ID holding its last N events; print the child's id."""
-    from jpfs.services import lifecycle
+    from jpfs.services.conversations import lifecycle
 
     ws = state.ws()
     child = lifecycle.fork_conversation(
@@ -270,7 +270,7 @@ def rm(
 ) -> None:
     """Remove a conversation (it stays in git history)."""
     from jpfs.cli.context import note
-    from jpfs.services import lifecycle
+    from jpfs.services.conversations import lifecycle
 
     ws = state.ws()
     removed = lifecycle.remove_conversation(ws, scoped(ws, conv_id, root_id), cascade=cascade)
@@ -280,7 +280,7 @@ def rm(
 @app.command("use")
 def use(conv_id: str, root_id: RootId = None) -> None:
     """Make ID the active conversation (local state, never committed)."""
-    from jpfs.services import lifecycle
+    from jpfs.services.conversations import lifecycle
 
     ws = state.ws()
     lifecycle.set_active(ws, scoped(ws, conv_id, root_id))
@@ -292,7 +292,7 @@ def set_agent(conv_id: str, agent: str, root_id: RootId = None) -> None:
     replaces the old one). After a failure before any work, `jpfs retry ID` runs it."""
     from jpfs.core import tree
     from jpfs.core.conversation import Conversation
-    from jpfs.services import lifecycle
+    from jpfs.services.conversations import lifecycle
 
     ws = state.ws()
     conv = Conversation(ws.conv_root, scoped(ws, conv_id, root_id))

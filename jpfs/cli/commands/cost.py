@@ -31,7 +31,7 @@ def cost(
     """Tokens and dollars spent by model calls (the whole record without ID): the four
     usage counts and cost_usd per conversation or per model, and their total."""
     from jpfs.core.usage import dollars
-    from jpfs.services import costs
+    from jpfs.services.views import costs
 
     ws = state.ws()
     result = costs.report(ws, subtree(ws, conv_id, root_id), by=by, since=since, until=until)

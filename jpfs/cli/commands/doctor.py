@@ -10,7 +10,7 @@ from jpfs.cli.context import Format, out_json, out_table, state
 def doctor(fmt: Format = "text") -> None:
     """Check git, the workspace and its record, the config and profiles, trust, the API
     key and the daemon; one line each, with what to do. Exit 1 if any check fails."""
-    from jpfs.services import doctor as doctor_mod
+    from jpfs.services.views import doctor as doctor_mod
 
     checks = doctor_mod.examine(state.workspace, state.cfg)
     if fmt == "json":

@@ -10,7 +10,7 @@ from jpfs.cli.commands.conversation import RootId, scoped
 from jpfs.cli.context import Format, note, out, out_json, out_table, state
 
 if TYPE_CHECKING:
-    from jpfs.services.history import Entry
+    from jpfs.services.views.history import Entry
 
 AGENT_AUTHOR = " (jpfs agent)"  # jpfs.core.record.agent_identity
 
@@ -25,7 +25,7 @@ def log(
 ) -> None:
     """The history of a conversation subtree (the whole tree without ID), from git:
     one line per event, newest first (time, conversation, event, agent, author, note)."""
-    from jpfs.services import history
+    from jpfs.services.views import history
 
     ws = state.ws()
     target = scoped(ws, conv_id, root_id) if conv_id or root_id else None
@@ -77,7 +77,8 @@ def _note(e: Entry) -> str:
 def gc() -> None:
     """Remove expired temporary conversations (never the active one) and the worktrees
     of killed, discarded or merged branch conversations."""
-    from jpfs.services import lifecycle, worktrees
+    from jpfs.services.conversations import lifecycle
+    from jpfs.services.forks import worktrees
 
     removed, kept = lifecycle.gc(state.ws())
     for conv_id in removed:

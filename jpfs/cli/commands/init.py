@@ -16,7 +16,7 @@ def init(
     ] = False,
 ) -> None:
     """Make this git work tree a jpfs workspace (harmless to run twice)."""
-    from jpfs.services.bootstrap import init_workspace
+    from jpfs.services.workspace.bootstrap import init_workspace
 
     ws, written = init_workspace(state.workspace or Path.cwd(), git_init=git_init, cfg=state.cfg)
     if written:
@@ -29,7 +29,7 @@ def init(
         )
     else:
         note(f"{ws.root} is already set up (record: {ws.record_branch})")
-    from jpfs.services import trust
+    from jpfs.services.workspace import trust
 
     waiting = [r.name for r in trust.standing(ws.agents_dir, ws.local_dir) if not r.trusted]
     if waiting:

@@ -50,7 +50,7 @@ def fork(
     `jpfs mail send` or `jpfs query --id`. A budget is the child's and its descendants',
     at most what PARENT has left.
     """
-    from jpfs.services import control
+    from jpfs.services.run import control
 
     ws = state.ws()
     child = control.fork(
@@ -72,7 +72,7 @@ def kill(
     root_id: RootId = None,
 ) -> None:
     """Stop ID now and mark it killed (it is not resumed by accident); print the ids killed."""
-    from jpfs.services import control
+    from jpfs.services.run import control
 
     ws = state.ws()
     killed = control.kill(ws, resolve(ws, conv_id, root_id), cascade=cascade)
@@ -97,7 +97,8 @@ def capture(
     PARENT defaults to the active conversation. The text goes to the new child only,
     never to PARENT's model. An empty task cancels (exit status 1).
     """
-    from jpfs.services import control, lifecycle
+    from jpfs.services.conversations import lifecycle
+    from jpfs.services.run import control
 
     ws = state.ws()
     parent = resolve(ws, parent or lifecycle.require_active(ws), root_id)
@@ -122,7 +123,7 @@ def retry(
     root_id: RootId = None,
 ) -> None:
     """Resume a failed conversation: its next input is MESSAGE or a note naming the failure."""
-    from jpfs.services import control
+    from jpfs.services.run import control
 
     ws = state.ws()
     msg, started = control.retry(

@@ -17,7 +17,7 @@ from jpfs.cli.context import Format, note, out, out_json, out_table, state
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
-    from jpfs.services.mail import Message
+    from jpfs.services.conversations.mail import Message
 
 app = typer.Typer(help="Send, list, read and delete conversations' mail.", no_args_is_help=True)
 
@@ -64,7 +64,7 @@ def send(
     """Mail a conversation; print the message id. An idle recipient continues with it."""
     import sys
 
-    from jpfs.services import control
+    from jpfs.services.run import control
 
     ws = state.ws()
     to = mailbox(ws, conv_id, root_id)
@@ -85,7 +85,7 @@ def check(
     root_id: RootId = None,
 ) -> None:
     """Unread mail of ID: the count (stderr) and one line per message."""
-    from jpfs.services import mail
+    from jpfs.services.conversations import mail
 
     ws = state.ws()
     box = mailbox(ws, conv_id, root_id)
@@ -111,7 +111,7 @@ def read(
     root_id: RootId = None,
 ) -> None:
     """Print a message of ID's inbox and mark it read."""
-    from jpfs.services import mail
+    from jpfs.services.conversations import mail
 
     ws = state.ws()
     msg = mail.read(ws, mailbox(ws, conv_id, root_id), msg_id)
@@ -132,7 +132,7 @@ def delete(
     root_id: RootId = None,
 ) -> None:
     """Delete a message from ID's inbox (git history keeps it)."""
-    from jpfs.services import mail
+    from jpfs.services.conversations import mail
 
     ws = state.ws()
     out(mail.delete(ws, mailbox(ws, conv_id, root_id), msg_id).id)
@@ -154,7 +154,7 @@ def filter_(
     root_id: RootId = None,
 ) -> None:
     """Messages of ID's inbox matching every given criterion (* marks unread)."""
-    from jpfs.services import mail
+    from jpfs.services.conversations import mail
 
     ws = state.ws()
     found = mail.select(

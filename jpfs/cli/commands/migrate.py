@@ -9,7 +9,7 @@ from jpfs.cli.context import note, out, state
 
 def migrate() -> None:
     """Move conversations tracked on your branch onto the record branch, history kept."""
-    from jpfs.services.migrate import migrate as run
+    from jpfs.services.workspace.migrate import migrate as run
 
     ws = state.ws()
     done = run(ws)

@@ -34,8 +34,8 @@ def onboard(
     from jpfs import api
     from jpfs.core.state import State
     from jpfs.errors import ConfigError
-    from jpfs.services.query import outcome, query
-    from jpfs.services.runtime import Runner
+    from jpfs.services.run.query import outcome, query
+    from jpfs.services.run.runtime import Runner
 
     ws = state.ws()
     runner = Runner(ws, progress=note)

@@ -15,8 +15,8 @@ from jpfs.cli.editor import edit
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
     from jpfs.errors import JpfsError
-    from jpfs.services.handoff import Ask, Outcome
-    from jpfs.services.runtime import Runner
+    from jpfs.services.run.handoff import Ask, Outcome
+    from jpfs.services.run.runtime import Runner
 
 
 def read_query(text: str | None) -> str:
@@ -76,7 +76,7 @@ class Asker:
         self._ws: Workspace | None = None
 
     def __call__(self, request: Ask) -> Outcome:
-        from jpfs.services import handoff
+        from jpfs.services.run import handoff
 
         remote = handoff.ask(
             state.local_dir(),
@@ -87,8 +87,8 @@ class Asker:
         )
         if remote is not None:
             return remote
-        from jpfs.services.query import ask
-        from jpfs.services.runtime import Runner
+        from jpfs.services.run.query import ask
+        from jpfs.services.run.runtime import Runner
 
         ws = self._ws = self._ws or state.ws(self.extra_cfg)
         lock_wait = float(ws.config["query.lock_wait"])
@@ -170,7 +170,7 @@ def query(
     command exits with status 4 (answer with `jpfs answer ID` or `jpfs query --id ID`).
     """
     from jpfs.core.state import State
-    from jpfs.services.handoff import Ask
+    from jpfs.services.run.handoff import Ask
 
     if conv_id is not None:
         # Options that only shape a new conversation cannot apply to an existing one.
@@ -263,7 +263,7 @@ def answer(
     from jpfs.core.conversation import Conversation
     from jpfs.core.state import State
     from jpfs.errors import JpfsError, StateError
-    from jpfs.services import onboarding
+    from jpfs.services.conversations import onboarding
 
     ws = state.ws()
     within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
@@ -272,7 +272,7 @@ def answer(
         raise StateError(f"conversation {conv.id!r} has no open questions ({tree.state_of(conv)})")
     runner = None
     if run:
-        from jpfs.services.runtime import Runner
+        from jpfs.services.run.runtime import Runner
 
         runner = Runner(ws, progress=progress_for(conv.id))
         preflight(runner, conv.config)
@@ -284,7 +284,7 @@ def answer(
     record.commit(ws, conv.id, "answers", agent=conv.meta().get("agent"), note=f"round {n}")
     note(f"answered round {n} of {conv.id}")
     if runner is not None:
-        from jpfs.services.query import outcome
+        from jpfs.services.run.query import outcome
 
         result = outcome(conv, runner.run(conv.id))
         if result.state is State.FAILED:

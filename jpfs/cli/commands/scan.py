@@ -11,7 +11,7 @@ def scan(fmt: Format = "text") -> None:
     """Report every recognised secret in the record's history (one line each: path,
     line, kind, commit) and how to rewrite it; exit 1 when there is any."""
     from jpfs.infra import gitremote
-    from jpfs.services import leaks
+    from jpfs.services.sync import leaks
 
     ws = state.ws()
     ws.ensure_record()

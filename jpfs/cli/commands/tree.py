@@ -13,7 +13,7 @@ from jpfs.cli.commands.conversation import RootId, subtree
 from jpfs.cli.context import Format, out, out_json, state, table
 
 if TYPE_CHECKING:
-    from jpfs.services.status_view import Row
+    from jpfs.services.views.status_view import Row
 
 Interval = Annotated[float, typer.Option("--interval", "-i", help="Seconds between refreshes.")]
 Count = Annotated[
@@ -61,7 +61,7 @@ def show(
     count: int,
     include_hidden: bool,
 ) -> None:
-    from jpfs.services.status_view import TreeView, daemon_line
+    from jpfs.services.views.status_view import TreeView, daemon_line
 
     ws = state.ws()
     under = subtree(ws, conv_id, root_id)
@@ -106,7 +106,7 @@ def cut(text: str, width: int) -> str:
 def render(rows: list[Row], header: str = "") -> str:
     """The tree as a table (ID indented by depth), under ``header`` if given."""
     from jpfs.core.usage import dollars
-    from jpfs.services.status_view import duration, tokens_text
+    from jpfs.services.views.status_view import duration, tokens_text
 
     parents = {r.id.rsplit("/", 1)[0] for r in rows if "/" in r.id}
     text = table(

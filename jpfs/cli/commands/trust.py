@@ -17,7 +17,7 @@ def trust(
     fmt: Format = "text",
 ) -> None:
     """Trust the profiles that run local programs, as they are now (review them first)."""
-    from jpfs.services import trust as trust_mod
+    from jpfs.services.workspace import trust as trust_mod
 
     ws = state.ws()
     if show and names:

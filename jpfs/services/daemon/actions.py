@@ -20,8 +20,8 @@ from jpfs.core.state import AGENT_ACTS, ROUND_RE, State, derive, has_content, sp
 from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, FormatError
 from jpfs.infra.providers.base import Reply, Request
-from jpfs.services import lifecycle
-from jpfs.services.runtime import Runner
+from jpfs.services.conversations import lifecycle
+from jpfs.services.run.runtime import Runner
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -45,7 +45,7 @@ def needs(ws: Workspace, conv: Conversation) -> Verdict:
 
     Besides the state (:mod:`jpfs.core.state`): unread mail from its caller in ``inbox/``
     is input for a conversation that takes input (empty, waiting, idle, failed); a run
-    turns it into the next user input (:func:`jpfs.services.inputs.deliver`).
+    turns it into the next user input (:func:`jpfs.services.conversations.inputs.deliver`).
     """
     if not conv.exists():
         return Verdict(Need.NOTHING)
@@ -61,7 +61,7 @@ def needs(ws: Workspace, conv: Conversation) -> Verdict:
             if misplaced:
                 return Verdict(Need.NOTHING, state, misplaced)
         if _has_mail(conv):
-            from jpfs.services import inputs, mail
+            from jpfs.services.conversations import inputs, mail
 
             if state in inputs.TAKES_INPUT and mail.pending_input(ws, conv.id):
                 return Verdict(Need.RUN, state, "mail from its caller")
@@ -94,7 +94,7 @@ def _has_mail(conv: Conversation) -> bool:
 
 def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
     """Fill conversation.toml of a conversation a human started with only task.md
-    (:func:`jpfs.services.lifecycle.adopt`)."""
+    (:func:`jpfs.services.conversations.lifecycle.adopt`)."""
     return lifecycle.adopt(ws, conv, base)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from jpfs.core import config as config_mod
 from jpfs.core.workspace import JPFS_DIR, Workspace, policy_config
 from jpfs.errors import ConfigError
-from jpfs.services import runs
+from jpfs.services.conversations import runs
 
 log = logging.getLogger("jpfs.services.daemon")
 

@@ -1,8 +1,8 @@
-"""The daemon's side of ``jpfs query`` handed over (:mod:`jpfs.services.handoff`).
+"""The daemon's side of ``jpfs query`` handed over (:mod:`jpfs.services.run.handoff`).
 
 One thread accepts on ``.jpfs/local/query.sock``; each connection gets a thread that
 reads one request, checks it against :data:`SCHEMA` and runs it with
-:func:`jpfs.services.query.ask`, the function an in-process ``jpfs query`` calls: the
+:func:`jpfs.services.run.query.ask`, the function an in-process ``jpfs query`` calls: the
 same scope checks, conversation lock, commits and trailers. The run's text and notes
 go back as JSON lines while it runs. The client closing the connection (Ctrl-C)
 cancels the run; a daemon stopping stops it between steps, as it stops its own runs.
@@ -26,8 +26,8 @@ from typing import Any
 from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, JpfsError, RepositoryFault
 from jpfs.infra.providers.base import Provider
-from jpfs.services import handoff, query
 from jpfs.services.daemon.actions import DaemonRunner
+from jpfs.services.run import handoff, query
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -182,7 +182,7 @@ class QueryServer:
         while not self.idle():
             if self.stopping.wait(0.2):
                 return
-        from jpfs.services import lifecycle
+        from jpfs.services.conversations import lifecycle
 
         for agent in self.ws.config["agents.allowed"]:
             try:

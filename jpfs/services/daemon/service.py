@@ -36,7 +36,6 @@ from jpfs.errors import (
     RepositoryFault,
 )
 from jpfs.infra.providers.base import Provider
-from jpfs.services import policy
 from jpfs.services.daemon import actions, process, queryserver, recovery
 from jpfs.services.daemon.actions import DaemonRunner, Need
 from jpfs.services.daemon.configwatch import ConfigWatch
@@ -45,6 +44,7 @@ from jpfs.services.daemon.pool import Job, Pool
 from jpfs.services.daemon.reconciler import Reconciler
 from jpfs.services.daemon.shared import SharedRecord
 from jpfs.services.daemon.watcher import watch
+from jpfs.services.workspace import policy
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -131,7 +131,7 @@ class Daemon:
                 self.ws, self.pool, look_again_in=self.look_again_in, fail=self.fail
             )
             self.reconciler.shared = True
-        from jpfs.services import background
+        from jpfs.services.run import background
 
         background.set_starter(self.ws.root, self.start_in_pool)
 
@@ -203,7 +203,7 @@ class Daemon:
 
     def shutdown(self) -> None:
         self.stop.set()
-        from jpfs.services import background
+        from jpfs.services.run import background
 
         background.set_starter(self.ws.root, None)
         running, _ = self.pool.snapshot()
@@ -368,7 +368,7 @@ class Daemon:
             "last_scan_s": round(self.reconciler.last_scan_seconds, 3),
             "conversations": len(self.reconciler.seen),
             "last_error": self.errors.shown(self.ws.conv_root),
-            # What of .jpfs/ the last good copy stands in for (jpfs.services.policy).
+            # What of .jpfs/ the last good copy stands in for (jpfs.services.workspace.policy).
             "policy": dict(sorted(self.ws.notes.items())),
         }
         if self.shared is not None:

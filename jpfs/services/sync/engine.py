@@ -26,7 +26,7 @@ from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError, GitError, JpfsError
 from jpfs.infra import gitcli, gitremote
 from jpfs.infra.gitremote import Update
-from jpfs.services import leaks
+from jpfs.services.sync import leaks
 from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
 from jpfs.services.sync.record import Integration, integrate
 
@@ -91,7 +91,7 @@ class SyncEngine:
         self._pull_started = float("-inf")
         self._last_pull: Integration | None = None
         self._busy = ""  # why the last merge had to wait (said once, not every cycle)
-        # Commits about to be pushed are scanned for secrets first (jpfs.services.leaks);
+        # Commits about to be pushed are scanned for secrets first (jpfs.services.sync.leaks);
         # what was scanned once is not scanned again.
         self.scan = bool(ws.config["sync.scan"])
         self._scanned: set[str] = set()

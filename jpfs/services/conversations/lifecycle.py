@@ -21,7 +21,8 @@ from jpfs.core.state import State
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError, NotFoundError, ProfileError, StateError
 from jpfs.infra import gitcli
-from jpfs.services import branches, policy
+from jpfs.services.forks import branches
+from jpfs.services.workspace import policy
 
 if TYPE_CHECKING:
     from jpfs.infra.committer import Identity

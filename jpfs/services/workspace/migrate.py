@@ -64,7 +64,7 @@ def migrate(ws: Workspace) -> Migration:
         raise StateError(f"{rel}/ is not tracked on your branch: there is nothing to migrate")
     repo.references.create(f"refs/heads/{branch}", parent)
     gitcli.run(ws.root, ["rm", "-r", "-q", "--cached", "--", rel])
-    from jpfs.services.bootstrap import IGNORE_LINE, add_ignore_lines
+    from jpfs.services.workspace.bootstrap import IGNORE_LINE, add_ignore_lines
 
     if add_ignore_lines(ws.root, [IGNORE_LINE, f"/{rel}/"]):
         gitcli.run(ws.root, ["add", "--", ".gitignore"])

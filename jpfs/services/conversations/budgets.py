@@ -29,7 +29,7 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.usage import Spend, dollars
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ArgumentError, BudgetError, Cancelled, FormatError, LimitError
-from jpfs.services import runs
+from jpfs.services.conversations import runs
 
 if TYPE_CHECKING:
     from jpfs.infra.providers.base import Reply

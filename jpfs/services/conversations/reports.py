@@ -24,13 +24,14 @@ from jpfs.core import frontmatter, ids, locks, scope, tree
 from jpfs.core.conversation import RESULT, Conversation, now
 from jpfs.core.state import State
 from jpfs.errors import Cancelled, JpfsError
-from jpfs.services import branches, mail
+from jpfs.services.conversations import mail
+from jpfs.services.forks import branches
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
-    from jpfs.services.runs import RunContext
+    from jpfs.services.conversations.runs import RunContext
 
-log = logging.getLogger("jpfs.services.reports")
+log = logging.getLogger("jpfs.services.conversations.reports")
 
 # States in which a child has stopped and waits for its caller (jp_await returns).
 SETTLED = frozenset({State.EMPTY, State.WAITING, State.IDLE, State.FAILED, State.KILLED})
@@ -87,7 +88,7 @@ def _report(ws: Workspace, parent: str, conv: Conversation, state: State) -> dic
                 return {**out, **data, "message_id": msg.id}
         return None
     if state is State.WAITING:
-        from jpfs.services.onboarding import questions_of_round
+        from jpfs.services.conversations.onboarding import questions_of_round
 
         return {**out, "status": "waiting", "success": False, "questions": questions_of_round(conv)}
     return {**out, "status": str(state), "success": False, "summary": ""}

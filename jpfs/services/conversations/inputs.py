@@ -3,7 +3,7 @@
     submit(conv, text)     a task (empty), answers (waiting), or a user event (idle,
                            failed: new input retries)
     deliver(conv)          pending mail from the caller -> the next input; every run
-                           does this when it stops (jpfs.services.runtime), so mail sent while
+                           does this when it stops (jpfs.services.run.runtime), so mail sent while
                            the agent was busy is never left behind
 
 Below the run loop and the lifecycle verbs: both call down into it.
@@ -17,7 +17,7 @@ from jpfs.core import record, secrets, tree
 from jpfs.core.conversation import TASK, Conversation
 from jpfs.core.state import State
 from jpfs.errors import StateError
-from jpfs.services import mail, onboarding, runs
+from jpfs.services.conversations import mail, onboarding, runs
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace

@@ -23,10 +23,10 @@ from jpfs.core.state import AGENT_ACTS, State
 from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
 from jpfs.errors import StateError
-from jpfs.services import budgets, inputs, lifecycle, onboarding
-from jpfs.services.handoff import Ask
-from jpfs.services.handoff import Outcome as Outcome  # its home: the client needs it light
-from jpfs.services.runtime import Runner
+from jpfs.services.conversations import budgets, inputs, lifecycle, onboarding
+from jpfs.services.run.handoff import Ask
+from jpfs.services.run.handoff import Outcome as Outcome  # its home: the client needs it light
+from jpfs.services.run.runtime import Runner
 from jpfs.services.sync import claims
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def query(
     ``on_text`` gets the text of its work turns as the provider streams it (``None``
     when a turn begins); its sub-agents' turns are not streamed. ``budget_tokens`` /
     ``budget_usd``: a new conversation's budget, at most what ``parent`` has left
-    (:func:`jpfs.services.budgets.for_child`)."""
+    (:func:`jpfs.services.conversations.budgets.for_child`)."""
     runner = runner or Runner(ws)
     config = None
     if conv_id is None:

@@ -38,7 +38,7 @@ from jpfs.core import locks, record, scope
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import Workspace
 from jpfs.errors import GitError, MergeConflict, StateError
-from jpfs.services.branches import (
+from jpfs.services.forks.branches import (
     commit_edits,
     commit_tree,
     flock,

@@ -19,7 +19,7 @@ from jpfs.core.conversation import Conversation, now
 from jpfs.core.scope import CONVERSATION_TOML
 from jpfs.core.workspace import WORKTREES_DIR, Workspace
 from jpfs.errors import FormatError
-from jpfs.services.branches import (
+from jpfs.services.forks.branches import (
     Fork,
     admin_dir,
     commit_edits,

@@ -3,7 +3,7 @@
 A ``jpfs query`` process that ran the agent itself would import the model's SDK (about
 a second for anthropic) on every call; the daemon has it loaded. So the CLI first asks
 the daemon, over a Unix socket, to run exactly what it would have run, and shows what
-comes back; with no daemon it runs in process (:func:`jpfs.services.query.ask`).
+comes back; with no daemon it runs in process (:func:`jpfs.services.run.query.ask`).
 
 The socket is ``.jpfs/local/query.sock`` (mode 0600; the daemon also checks the peer's
 uid). A path longer than ``sun_path`` allows (108 bytes) is reached through the
@@ -67,7 +67,9 @@ class Ask:
     tmp: str | None = None
     activate: bool = True
     onboard: bool | None = None  # False: --no-onboard; None: as the profile says
-    budget_tokens: int | None = None  # a new conversation's budget (jpfs.services.budgets)
+    budget_tokens: int | None = (
+        None  # a new conversation's budget (jpfs.services.conversations.budgets)
+    )
     budget_usd: float | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from jpfs.errors import ProviderError, ToolError
 from jpfs.infra.providers.base import Reply, Request, ToolSpec, Usage
 
 if TYPE_CHECKING:
-    from jpfs.services.runs import RunContext
+    from jpfs.services.conversations.runs import RunContext
 
 QUESTIONS_HEADER = (
     "# Questions\n\n"

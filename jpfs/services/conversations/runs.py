@@ -49,12 +49,12 @@ if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
     from jpfs.infra.providers.base import Reply, Request
 
-log = logging.getLogger("jpfs.services.runs")
+log = logging.getLogger("jpfs.services.conversations.runs")
 
 
 class RunContext(Protocol):
     """What the services below the run loop need of a run (a
-    :class:`jpfs.services.runtime.Runner` is one). They name this shape instead of
+    :class:`jpfs.services.run.runtime.Runner` is one). They name this shape instead of
     importing the run loop, which imports them."""
 
     ws: Workspace
@@ -182,7 +182,7 @@ def supervise(
 
     After each drive, ``deliver`` turns mail from the conversation's caller that
     arrived meanwhile into its next input (the runtime passes
-    :func:`jpfs.services.inputs.deliver`), so a message sent while the agent was busy is never
+    :func:`jpfs.services.conversations.inputs.deliver`), so a message sent while the agent was busy is never
     left behind when it stops; it returns whether there was any.
     """
     key = _key(runner.ws.root, conv.id)

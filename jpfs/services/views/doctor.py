@@ -87,7 +87,7 @@ def _config(ws: workspace_mod.Workspace) -> Check:
 
 
 def _profiles(ws: workspace_mod.Workspace) -> list[Check]:
-    from jpfs.services import policy, trust
+    from jpfs.services.workspace import policy, trust
 
     out = []
     allowed = [str(a) for a in ws.config["agents.allowed"]]
@@ -124,7 +124,7 @@ def _profiles(ws: workspace_mod.Workspace) -> list[Check]:
 
 
 def _api_key(ws: workspace_mod.Workspace) -> Check:
-    from jpfs.services import policy
+    from jpfs.services.workspace import policy
 
     default = str(ws.config["conversations.default_agent"])
     try:

@@ -1,12 +1,12 @@
 """Sub-agent lifecycle: fork, kill, and mail that continues a conversation.
 
     fork(parent, prompt)   a child with the parent's context plus ``prompt``, started
-                           at once in the background (jpfs.services.background); returns its id
+                           at once in the background (jpfs.services.run.background); returns its id
     send(to, ...)          mail; from the recipient's caller it is input: an idle,
                            failed, waiting or empty conversation continues with it
-    kill(id)               status = "killed" (committed), its run cancelled (jpfs.services.runs)
+    kill(id)               status = "killed" (committed), its run cancelled (jpfs.services.conversations.runs)
 
-When a child's run ends it mails its parent a status report (jpfs.services.reports), which
+When a child's run ends it mails its parent a status report (jpfs.services.conversations.reports), which
 ``jp_await`` gathers.
 
 Scope: ``by`` is the calling agent's conversation id, or ``None`` for a human. Agents
@@ -26,14 +26,15 @@ from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, cre
 from jpfs.core.scope import TASK
 from jpfs.core.state import State
 from jpfs.errors import LimitError, ScopeError, StateError
-from jpfs.services import background, budgets, inputs, mail, runs
-from jpfs.services.lifecycle import head_commit
+from jpfs.services.conversations import budgets, inputs, mail, runs
+from jpfs.services.conversations.lifecycle import head_commit
+from jpfs.services.run import background
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
-    from jpfs.services.runtime import Runner
+    from jpfs.services.run.runtime import Runner
 
-log = logging.getLogger("jpfs.services.control")
+log = logging.getLogger("jpfs.services.run.control")
 
 
 # -- limits ---------------------------------------------------------------------------
@@ -127,7 +128,7 @@ def fork(
 
     Without a prompt the child is only created (idle when the parent is idle). A
     budget given is the child's subtree's, at most what ``parent`` has left
-    (:func:`jpfs.services.budgets.for_child`).
+    (:func:`jpfs.services.conversations.budgets.for_child`).
     """
     parent = scope.resolve(ws.conv_root, parent)
     if by is not None and parent != by:

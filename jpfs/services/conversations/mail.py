@@ -22,7 +22,7 @@ Scope is decided here, for tools, CLI and library alike: a human (``sender=None`
 mail any conversation; an agent may mail its parent and its own descendants, nothing
 else. Reading, marking and deleting act on one mailbox, named by the caller (CLI) or
 the caller's own (tools). Unread ``message`` mail from a conversation's *caller* (its
-parent, or a human) is pending input (:func:`pending_input`): jpfs.services.control turns it
+parent, or a human) is pending input (:func:`pending_input`): jpfs.services.run.control turns it
 into the next user input when the conversation can take input.
 """
 
@@ -336,7 +336,7 @@ def delete(ws: Workspace, conv_id: str, msg_id: str) -> Message:
 
 def parse_since(text: str, at: dt.datetime | None = None) -> dt.datetime:
     """``since`` as an ISO date/time (UTC unless given) or a duration ago (``30m``, ``2d``)."""
-    from jpfs.services.lifecycle import parse_duration
+    from jpfs.services.conversations.lifecycle import parse_duration
 
     raw = str(text).strip()
     if _DURATION_RE.match(raw):
@@ -385,7 +385,7 @@ def pending_input(ws: Workspace, conv_id: str) -> list[Message]:
     """Unread ``message`` mail to ``conv_id`` from its caller (parent or human).
 
     This is input waiting for the conversation: when it is idle, failed, waiting for
-    answers or empty, whoever runs it (:func:`jpfs.services.inputs.deliver`, called from
+    answers or empty, whoever runs it (:func:`jpfs.services.conversations.inputs.deliver`, called from
     every run) turns these into its next input and marks them read, in one commit.
     The daemon runs a conversation in those states when this list is not empty.
 

@@ -26,9 +26,9 @@ from jpfs.errors import Cancelled, JpfsError, LockError
 if TYPE_CHECKING:
     from jpfs.core.state import State
     from jpfs.core.workspace import Workspace
-    from jpfs.services.runtime import Runner
+    from jpfs.services.run.runtime import Runner
 
-log = logging.getLogger("jpfs.services.background")
+log = logging.getLogger("jpfs.services.run.background")
 
 # How long a background start waits for a conversation's lock: long enough to outlast
 # another runner that is just releasing it (it delivers pending mail before it does).
@@ -59,7 +59,7 @@ def start(
     if detached:
         spawn(ws, conv_id)
         return
-    from jpfs.services.runtime import Runner
+    from jpfs.services.run.runtime import Runner
 
     thread = threading.Thread(
         target=run_background,
@@ -93,7 +93,7 @@ def spawn(ws: Workspace, conv_id: str) -> None:
     logfile = ws.ensure_local() / "background.log"
     # An entry point like the CLI: it installs the tools before it runs anything.
     code = (
-        "import sys; import jpfs.tools.registry; from jpfs.services import background;"
+        "import sys; import jpfs.tools.registry; from jpfs.services.run import background;"
         " sys.exit(background.main(sys.argv[1:]))"
     )
     with logfile.open("ab") as out:
@@ -110,7 +110,7 @@ def spawn(ws: Workspace, conv_id: str) -> None:
 def main(argv: Sequence[str]) -> int:
     """Entry point of a detached run: ``ROOT CONV_ID``."""
     from jpfs.core.workspace import open_workspace
-    from jpfs.services.runtime import Runner
+    from jpfs.services.run.runtime import Runner
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [{argv[1]}] %(message)s")
     ws = open_workspace(Path(argv[0]), search=False)

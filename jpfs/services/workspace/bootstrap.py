@@ -10,7 +10,7 @@ from jpfs.core import config as config_mod
 from jpfs.core.workspace import JPFS_DIR, LOCAL_DIR, Workspace, git_toplevel, open_workspace
 from jpfs.errors import WorkspaceError
 from jpfs.infra import gitcli
-from jpfs.services import policy
+from jpfs.services.workspace import policy
 
 IGNORE_LINE = f"/{LOCAL_DIR}/"
 

@@ -33,7 +33,7 @@ from jpfs.core.summaries import Summaries
 from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
 from jpfs.errors import FormatError
-from jpfs.services import onboarding
+from jpfs.services.conversations import onboarding
 from jpfs.services.daemon import process
 
 LAST_WIDTH = 60

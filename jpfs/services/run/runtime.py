@@ -5,7 +5,7 @@ The loop is level-triggered: each step re-derives the state from the files
 between steps loses nothing and repeats nothing: a committed model reply is never
 requested again, and only tool calls without a result event are (re)run.
 
-    onboarding -> ask_caller / start_work        (jpfs.services.onboarding)
+    onboarding -> ask_caller / start_work        (jpfs.services.conversations.onboarding)
     running    -> first user event | pending tool calls | one model turn
     finishing  -> result.md (+ status mail to the caller)
     waiting / idle / failed / killed -> return: someone else acts
@@ -40,10 +40,11 @@ from jpfs.errors import (
     ProviderError,
 )
 from jpfs.infra.providers.base import Provider, Reply, Request
-from jpfs.services import budgets, inputs, lifecycle, onboarding, policy, reports, runs
+from jpfs.services.conversations import budgets, inputs, lifecycle, onboarding, reports, runs
 from jpfs.services.sync import claims
+from jpfs.services.workspace import policy
 
-log = logging.getLogger("jpfs.services.runtime")
+log = logging.getLogger("jpfs.services.run.runtime")
 
 Progress = Callable[[str], None]
 
@@ -237,7 +238,7 @@ class Runner:
             return self.run_locked(conv)
 
     def run_locked(self, conv: Conversation) -> State:
-        # A registered run: kill cancels it, and caller mail is delivered (jpfs.services.runs).
+        # A registered run: kill cancels it, and caller mail is delivered (jpfs.services.conversations.runs).
         # With peers sharing the record, claimed on the remote first (re-entrant).
         with claims.claimed(self.ws, conv.id), conv.exclusive(), self.limits.running(conv):
             return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
@@ -326,7 +327,7 @@ class Runner:
     def admit(self, conv: Conversation) -> None:
         """Refuse a conversation whose ``[config]`` grants more than its profile does
         (:func:`jpfs.core.profiles.admit`: the record never grants capabilities), or whose
-        profile runs local programs without the user's trust (:mod:`jpfs.services.trust`)."""
+        profile runs local programs without the user's trust (:mod:`jpfs.services.workspace.trust`)."""
         snapshot = conv.config
         if not snapshot:
             # Not adopted yet (its adoption failed, say untrusted, and new input came
@@ -358,13 +359,13 @@ class Runner:
         )
 
     def files_root(self, conv: Conversation) -> Any:
-        from jpfs.services import branches
+        from jpfs.services.forks import branches
 
         return branches.files_root(self.ws, conv)
 
     def commit_edits(self, conv: Conversation, tools: list[str] | None = None) -> None:
         """Commit the agent's file edits onto its branch (branch workspaces only)."""
-        from jpfs.services import branches
+        from jpfs.services.forks import branches
 
         agent = str(conv.meta().get("agent") or "agent")
         branches.commit_edits(

@@ -33,7 +33,7 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.profiles import Profile
 from jpfs.core.workspace import Workspace, keep
 from jpfs.errors import ProfileError, UntrustedProfile
-from jpfs.services import trust
+from jpfs.services.workspace import trust
 
 ADMITTED_DIR = "admitted"
 

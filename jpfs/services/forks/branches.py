@@ -21,7 +21,7 @@ carry conversation files (they are excluded from ``git add``), so merging a bran
 never rewrite the shared record. A worktree is (re)created on demand from the recorded
 branch and ``base``, so a crash mid-creation or a gc'ed worktree heals on the next run.
 
-Merging is in :mod:`jpfs.services.merge`; discard and gc in :mod:`jpfs.services.worktrees`.
+Merging is in :mod:`jpfs.services.forks.merge`; discard and gc in :mod:`jpfs.services.forks.worktrees`.
 """
 
 from __future__ import annotations
