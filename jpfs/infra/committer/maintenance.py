@@ -1,10 +1,18 @@
 """Background repository maintenance, never blocking a commit.
 
 Every ``maintenance_every`` commits the committer runs ``git gc --auto`` and ``git
-commit-graph write --reachable --split``; every 25 packfiles it writes, a ``git repack -d
---geometric=2`` keeps their number logarithmic, far below the 50 at which any ``git gc
---auto`` would repack everything. Each run then sweeps debris of killed processes (temp
-files, dead lock markers, registrations that outlived their locks).
+commit-graph write --reachable --split``; every 25 packfiles it writes, a geometric roll-up
+keeps their number logarithmic, far below the 50 at which any ``git gc --auto`` would
+repack everything. Each run then sweeps debris of killed processes (temp files, dead lock
+markers, registrations that outlived their locks).
+
+The roll-up is ``git repack -d --geometric=2`` without its last step, ``git
+prune-packed``: that one also removes every empty ``objects/xx/`` fan-out directory,
+and a user's ``git add`` creating a loose object there at that moment fails ("unable to
+create temporary file"). So the packs to roll up are chosen as git chooses them (by size
+here), ``git pack-objects --stdin-packs`` writes their union, and only then are they
+removed; loose objects and their directories are never touched. A repository with a
+multi-pack-index is left to git's own ``repack`` (which rewrites that index).
 """
 
 from __future__ import annotations
@@ -27,11 +35,11 @@ _MAINTENANCE: tuple[tuple[str, ...], ...] = (
     ("git", "-c", "gc.autoDetach=false", "gc", "--auto", "--quiet"),
     ("git", "commit-graph", "write", "--reachable", "--split", "--no-progress"),
 )
-# Rolls our small packfiles up so their number stays logarithmic, far below the 50 at
-# which any `git gc --auto` (run by every `git commit`) would repack everything.
+# With a multi-pack-index, git's own geometric repack (which keeps that index true).
 _REPACK: tuple[tuple[str, ...], ...] = (
-    ("git", "repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index"),
+    ("git", "repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index", "--write-midx"),
 )
+_PACK_FILES = (".idx", ".pack", ".rev", ".bitmap", ".mtimes")  # .idx first: how git finds a pack
 
 
 class Maintenance:
@@ -54,7 +62,10 @@ class Maintenance:
 
     def repack(self) -> None:
         """Roll small packfiles up (geometric repack)."""
-        self._start(_REPACK)
+        if (self._pack_dir / "multi-pack-index").exists():
+            self._start(_REPACK)
+        else:
+            self._start((), roll_up=True)
 
     def wait(self) -> None:
         """Wait for a running maintenance to end."""
@@ -62,19 +73,28 @@ class Maintenance:
         if thread is not None:
             thread.join()
 
-    def _start(self, commands: Sequence[Sequence[str]] = ()) -> None:
+    def _start(self, commands: Sequence[Sequence[str]] = (), roll_up: bool = False) -> None:
         if self._thread is not None and self._thread.is_alive():
             return  # the next trigger runs it again
         thread = threading.Thread(
             target=self._run,
-            args=(commands or _MAINTENANCE,),
+            args=(commands or (() if roll_up else _MAINTENANCE), roll_up),
             name="jpfs-git-maintenance",
             daemon=True,
         )
         self._thread = thread
         thread.start()
 
-    def _run(self, commands: Sequence[Sequence[str]]) -> None:
+    @property
+    def _pack_dir(self) -> Path:
+        return self._commondir / "objects" / "pack"
+
+    def _run(self, commands: Sequence[Sequence[str]], roll_up: bool = False) -> None:
+        if roll_up:
+            try:
+                self.roll_up()
+            except (OSError, subprocess.SubprocessError) as exc:
+                log.debug("pack roll-up failed: %s", exc)
         for argv in commands:
             try:
                 subprocess.run(
@@ -89,6 +109,30 @@ class Maintenance:
             except (OSError, subprocess.SubprocessError) as exc:
                 log.debug("maintenance command %s failed: %s", argv, exc)
         self.sweep_debris()
+
+    def roll_up(self) -> None:
+        """Replace the small packfiles by one, chosen as ``git repack --geometric=2 -d``
+        chooses (by size, where git counts objects), leaving loose objects alone."""
+        names = rolled_up(packs_by_size(self._pack_dir))
+        if len(names) < 2:
+            return
+        subprocess.run(
+            ["git", "pack-objects", "-q", "--stdin-packs", str(self._pack_dir / "pack")],
+            cwd=self._root,
+            input="".join(f"{name}.pack\n" for name in names).encode(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+            timeout=600,
+        )
+        # The new pack holds every object of these (all of them, reachable or not), so
+        # removing them loses nothing; one that got a .keep meanwhile stays.
+        for name in names:
+            if (self._pack_dir / f"{name}.keep").exists():
+                continue
+            for ext in _PACK_FILES:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._pack_dir / f"{name}{ext}")
 
     def sweep_debris(self) -> None:
         """Remove temp files and lock-owner files left by killed processes."""
@@ -123,3 +167,37 @@ class Maintenance:
             live = lock_registrations(self._gitdir, self._commondir)
             for entry in os.scandir(self._owners):
                 sweep_owner_file(Path(entry.path), live)
+
+
+def packs_by_size(pack_dir: Path) -> list[tuple[int, str]]:
+    """``(size, "pack-<id>")`` of every complete pack that may be rolled up, smallest
+    first: not kept (ours before their ref moves, or the user's), not a promisor pack."""
+    out: list[tuple[int, str]] = []
+    with contextlib.suppress(OSError):
+        names = {entry.name for entry in os.scandir(pack_dir)}
+        for name in names:
+            stem = name.removesuffix(".pack")
+            if stem == name or not stem.startswith("pack-"):
+                continue
+            if {f"{stem}.idx"} - names or {f"{stem}.keep", f"{stem}.promisor"} & names:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                out.append((os.stat(pack_dir / name).st_size, stem))
+    return sorted(out)
+
+
+def rolled_up(packs: list[tuple[int, str]], factor: int = 2) -> list[str]:
+    """The packs git's ``--geometric=factor`` would roll into one: all below the longest
+    run at the top where each pack is at least ``factor`` times the one before, plus any
+    pack of that run smaller than ``factor`` times what is rolled up so far."""
+    sizes = [size for size, _ in packs]
+    split = 0
+    for i in range(len(sizes) - 1, 0, -1):
+        if sizes[i] < factor * sizes[i - 1]:
+            split = i
+            break
+    total = sum(sizes[:split])
+    while split < len(sizes) and sizes[split] < factor * total:
+        total += sizes[split]
+        split += 1
+    return [name for _, name in packs[:split]]
