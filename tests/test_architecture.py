@@ -1,0 +1,91 @@
+"""ARCHITECTURE.md's picture and capability table say what the code is.
+
+import-linter enforces the layers (pyproject.toml); this test keeps the document that
+draws them true: the picture lists the service packages in the contract's order, the
+capability table names only modules that exist and every verb module somewhere, and the
+Services section names each service module once.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import jpfs
+
+ROOT = Path(jpfs.__file__).resolve().parent.parent
+PACKAGE = ROOT / "jpfs"
+DOC = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+
+
+def contracts() -> dict[str, dict[str, object]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    found = config["tool"]["importlinter"]["contracts"]
+    return {str(c["name"]): c for c in found}
+
+
+def services_order() -> list[str]:
+    (contract,) = [c for c in contracts().values() if c.get("containers") == ["jpfs.services"]]
+    layers = contract["layers"]
+    assert isinstance(layers, list)
+    return [str(layer) for layer in layers]
+
+
+def modules(under: str) -> set[str]:
+    base = PACKAGE / under
+    return {
+        str(path.relative_to(PACKAGE))
+        for path in base.rglob("*.py")
+        if path.name != "__init__.py" and "__pycache__" not in path.parts
+    }
+
+
+def section(start: str, end: str) -> str:
+    begin = DOC.index(start)
+    return DOC[begin : DOC.index(end, begin)]
+
+
+def test_the_picture_draws_the_contracts_layers_in_order() -> None:
+    picture = section("```\n", "\n```")
+    boxed = re.findall(r"^\s*\|\s{3}(\w+)\s", picture, re.M)
+    assert boxed == services_order()
+    (outer,) = [c for c in contracts().values() if str(c["name"]).startswith("Layers:")]
+    drawn = re.findall(r"jpfs/(\w+)", picture)
+    layers = outer["layers"]
+    assert isinstance(layers, list)
+    named = [
+        name.removeprefix("jpfs.") for layer in layers for name in re.split(r"\s*\|\s*", layer)
+    ]
+    assert [n for n in drawn if n in named] == [n for n in named if n in drawn]
+    assert set(named) - set(drawn) <= {"__main__"}
+    for package in services_order():
+        assert (PACKAGE / "services" / package / "__init__.py").is_file(), package
+
+
+def test_the_capability_table_names_real_modules_and_every_verb() -> None:
+    table = section("| capability |", "\n\n")
+    named: set[str] = set()
+    for row in table.splitlines()[2:]:
+        cells = row.strip("|").split("|")
+        assert len(cells) == 4, row
+        for column, cell in enumerate(cells):
+            for token in re.findall(r"`([\w/]+(?:\.py|/\*))`", cell):
+                path = token if column < 3 else f"core/{token}"
+                if path.endswith("/*"):
+                    found = modules(path[:-2])
+                    assert found, f"{token}: no such package"
+                    named |= found
+                else:
+                    assert (PACKAGE / path).is_file(), f"{token}: no such module"
+                    named.add(path)
+    verbs = modules("cli/commands") | modules("tools") | modules("services")
+    assert verbs - named == set(), "modules no capability row names"
+
+
+def test_the_services_section_names_each_module_once() -> None:
+    text = section("### Services\n", "### Core\n")
+    listed: list[str] = []
+    for package, body in re.findall(r"^- `(\w+)/`:(.*?)(?=^- |\Z)", text, re.M | re.S):
+        listed += [f"services/{package}/{name}" for name in re.findall(r"`(\w+\.py)`", body)]
+    assert sorted(listed) == sorted(modules("services"))
