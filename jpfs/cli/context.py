@@ -1,9 +1,10 @@
 """Global CLI state (workspace, --cfg) and the output conventions.
 
 stdout carries only data (ids, answers, tables, JSON); notes and progress go to stderr.
-Every command that shows data takes ``--format text|json`` (:data:`Format`): text is
-for people (tables under upper-case column names, :func:`out_table`), json for
-programs (:func:`out_json`, the one place JSON is written). ``NO_COLOR`` is honoured:
+Every command that shows data takes ``--format text|json``
+(:data:`jpfs.cli.options.Format`): text is for people (tables under upper-case column
+names, :func:`out_table`), json for programs (:func:`out_json`, the one place JSON is
+written). ``NO_COLOR`` is honoured:
 nothing here emits colour unless stderr is a terminal and ``NO_COLOR`` is unset.
 """
 
@@ -15,9 +16,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
@@ -28,6 +27,10 @@ class State:
     workspace: Path | None = None
     cfg: list[str] = field(default_factory=list)
     _ws: Workspace | None = None
+
+    def reset(self) -> None:
+        """As at the start of a command (a process may run several: tests, benches)."""
+        self.workspace, self.cfg, self._ws = None, [], None
 
     def ws(self, extra_cfg: list[str] | None = None) -> Workspace:
         from jpfs.core.workspace import open_workspace
@@ -66,30 +69,6 @@ def out(text: str = "") -> None:
 def out_json(data: Any) -> None:
     """The one way the CLI writes JSON: indented, UTF-8 as is, one document."""
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
-
-
-FORMATS = ("text", "json")
-# Earlier spellings of "text", still taken: `ls --format table`, `print --format markdown`.
-_FORMAT_ALIASES = {"table": "text", "markdown": "text"}
-
-
-def _check_format(value: str) -> str:
-    chosen = _FORMAT_ALIASES.get(value, value)
-    if chosen not in FORMATS:
-        raise typer.BadParameter(f"{value!r} is not one of: text, json", param_hint="--format")
-    return chosen
-
-
-Format = Annotated[
-    str,
-    typer.Option(
-        "--format",
-        metavar="text|json",
-        callback=_check_format,
-        autocompletion=lambda: list(FORMATS),
-        help="text for people, json for programs (keys: see protocol/).",
-    ),
-]
 
 
 _ONE_LINE = str.maketrans({"\t": " ", "\n": " ", "\r": " "})

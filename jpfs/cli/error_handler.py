@@ -12,6 +12,7 @@ prints its help instead (exit 2).
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import os
 import sys
 import tempfile
@@ -22,12 +23,11 @@ from pathlib import Path
 import click
 import typer
 
+from jpfs.cli.context import state
 from jpfs.errors import JpfsError
 
 
 def _log_path() -> Path:
-    from jpfs.cli.context import state
-
     try:
         from jpfs.core.workspace import find_root
 
@@ -69,8 +69,6 @@ def _did_you_mean(message: str, ctx: click.Context) -> list[str]:
     """For "No such command 'X'" that click found no close spelling for: subcommands of
     that name or close to it (`ls` -> `conversation ls`), and other tools' words
     (`status` -> `daemon status`)."""
-    import difflib
-
     if not message.startswith("No such command") or "Did you mean" in message:
         return []
     name = message.split("'")[1] if message.count("'") >= 2 else ""

@@ -11,7 +11,9 @@ import contextlib
 import os
 import select
 import sys
+import termios
 import threading
+import tty
 from collections.abc import Callable, Iterator
 
 # Waits up to the given seconds for a key; returns it, or None after the timeout.
@@ -30,9 +32,6 @@ def keys() -> Iterator[KeyWait]:
 
         yield no_key
         return
-    import termios
-    import tty
-
     saved = termios.tcgetattr(fd)
     try:
         tty.setcbreak(fd)

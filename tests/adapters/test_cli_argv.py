@@ -8,29 +8,45 @@ from pathlib import Path
 
 import pytest
 
-from jpfs.cli.argv import hoist_global_options
 from tests.conftest import Result
 
 
 @pytest.mark.parametrize(
-    ("given", "parsed"),
+    ("given", "canonical"),
     [
-        (["mcp", "-w", "/r"], ["-w", "/r", "mcp"]),
-        (["mcp", "--workspace=/r"], ["--workspace=/r", "mcp"]),
-        (["c", "ls", "-w/r", "--cfg", "NONE"], ["-w/r", "--cfg", "NONE", "c", "ls"]),
+        (["tools", "-w", "{ws}"], ["-w", "{ws}", "tools"]),
+        (["tools", "--workspace={ws}"], ["--workspace={ws}", "tools"]),
+        (["c", "ls", "-w{ws}", "--cfg", "NONE"], ["-w{ws}", "--cfg", "NONE", "c", "ls"]),
+        (["c", "-w", "{ws}", "ls"], ["-w", "{ws}", "c", "ls"]),
         (["--format", "json", "tree"], ["tree", "--format", "json"]),
-        (["--root-id=a", "c", "ls", "--tree"], ["c", "ls", "--tree", "--root-id=a"]),
-        (["-w", "/r", "--format", "json", "mail", "send", "a", "--", "--format"],
-         ["-w", "/r", "mail", "send", "a", "--format", "json", "--", "--format"]),
-        # After the subcommand --format belongs to it: left where it is.
-        (["tree", "--format", "json"], ["tree", "--format", "json"]),
-        (["query", "--", "-w", "x"], ["query", "--", "-w", "x"]),
+        (["--root-id=alpha", "c", "ls", "--tree"], ["c", "ls", "--tree", "--root-id=alpha"]),
+        (["-w", "{ws}", "--format", "json", "c", "grep", "--", "--format"],
+         ["-w", "{ws}", "c", "grep", "--format", "json", "--", "--format"]),
+        (["--cfg", "daemon.max_agents=2", "config", "get", "daemon.max_agents", "--cfg",
+          "daemon.max_agents=3"],
+         ["--cfg", "daemon.max_agents=2", "--cfg", "daemon.max_agents=3", "config", "get",
+          "daemon.max_agents"]),
     ],
 )  # fmt: skip
-def test_global_options_are_moved_where_click_takes_them(
-    given: list[str], parsed: list[str]
+def test_global_options_mean_the_same_on_either_side(
+    ws: Path, cli: Callable[..., Result], given: list[str], canonical: list[str]
 ) -> None:
-    assert hoist_global_options(given) == parsed
+    assert cli("c", "new", "alpha", "--no-activate").code == 0
+    assert cli("c", "new", "alpha/beta", "--no-activate").code == 0
+
+    def run(args: list[str]) -> tuple[int, str]:
+        # Run elsewhere when the line names the workspace, to see that it counts.
+        elsewhere = any("{ws}" in a for a in args)
+        done = cli(*(a.format(ws=ws) for a in args), cwd=ws.parent if elsewhere else ws)
+        assert not done.stderr.startswith("jpfs: error"), done.stderr
+        return done.code, done.stdout
+
+    assert run(given) == run(canonical)
+
+
+def test_nothing_after_a_double_dash_is_an_option(ws: Path, cli: Callable[..., Result]) -> None:
+    searched = cli("c", "grep", "--", "-w")
+    assert (searched.code, searched.stdout, searched.stderr) == (1, "", "")
 
 
 def rows(shown: str) -> list[dict[str, object]]:

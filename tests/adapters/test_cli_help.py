@@ -49,18 +49,20 @@ def test_an_unknown_command_gets_a_suggestion(cli: Callable[..., Result]) -> Non
 def test_no_help_shows_raw_markup(cli: Callable[..., Result]) -> None:
     """Help is read in a terminal: no reST ``literals`` or **emphasis** in it."""
     import click
-    import typer
 
     from jpfs.cli import main
 
     def paths(command: click.Command, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
         found = [prefix]
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
                 found += paths(sub, (*prefix, name))
         return found
 
-    every = paths(typer.main.get_command(main.build()), ())
+    every = paths(main.command(), ())
     assert len(every) > 40
     for path in every:
         shown = cli(*path, "--help")

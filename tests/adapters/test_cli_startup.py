@@ -1,18 +1,28 @@
-"""Start-up: ``jpfs.cli.main`` imports only the module of the command invoked, and
-``jpfs.cli.startup.only`` hands typer only that command; both must then say and do
-exactly what the whole app would."""
+"""Start-up: ``jpfs`` imports only the module of the command invoked and builds only
+that command (jpfs.cli.lazygroup); it must then say and do exactly what it would with
+every command built."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import click
 import pytest
-import typer
-from typer.main import get_command
-from typer.testing import CliRunner
 
-from jpfs.cli import main, startup
-from jpfs.cli.argv import hoist_global_options
+from jpfs.cli import main
 
-app = main.build()
+
+def built(command: click.Command) -> click.Command:
+    """``command`` with every command of every level built, as help builds them."""
+    if isinstance(command, click.Group):
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None, name
+            built(sub)
+    return command
 
 
 @pytest.mark.parametrize(
@@ -31,46 +41,39 @@ app = main.build()
         ("nope",),
     ],
 )
-def test_the_pruned_app_says_what_the_whole_app_says(argv: tuple[str, ...]) -> None:
-    args = hoist_global_options(list(argv))
-    runner = CliRunner()
-    whole = runner.invoke(app, args, prog_name="jpfs")
-    pruned = runner.invoke(startup.only(app, args), args, prog_name="jpfs")
-    assert whole.output  # help, or click's error and suggestion
-    assert (pruned.exit_code, pruned.output) == (whole.exit_code, whole.output)
+def test_the_lazy_command_says_what_the_whole_command_says(argv: tuple[str, ...]) -> None:
+    def said(jpfs: click.Command) -> tuple[object, str]:
+        from click.testing import CliRunner
+
+        result = CliRunner().invoke(jpfs, list(argv), prog_name="jpfs")
+        return result.exit_code, result.output
+
+    whole, lazy = said(built(main.command())), said(main.command())
+    assert whole[1]  # help, or click's error and suggestion
+    assert lazy == whole
 
 
 def test_within_a_group_only_the_command_invoked_is_built() -> None:
-    pruned = get_command(startup.only(app, ["conversation", "grep", "x"]))
-    group = pruned.commands["conversation"]  # type: ignore[attr-defined]
+    jpfs = main.command()
+    ctx = click.Context(jpfs)
+    group = jpfs.get_command(ctx, "conversation")
+    assert isinstance(group, click.Group)
+    assert group.get_command(ctx, "grep") is not None
     assert list(group.commands) == ["grep"]
-    everything = get_command(startup.only(app, ["conversation", "--help"]))
-    assert "ls" in everything.commands["conversation"].commands  # type: ignore[attr-defined]
-
-
-def names(app: typer.Typer) -> list[str]:
-    groups = [g.name for g in app.registered_groups]
-    return [*groups, *(c.name for c in app.registered_commands)]
-
-
-@pytest.mark.parametrize("module", list(main.MODULES))
-def test_the_table_names_what_each_module_registers(module: str) -> None:
-    assert sorted(names(main.build([module]))) == sorted(main.MODULES[module])
+    assert list(jpfs.commands) == ["conversation"]
+    assert "ls" in group.list_commands(ctx)
 
 
 def test_every_command_module_is_in_the_table() -> None:
-    from pathlib import Path
-
     import jpfs.cli.commands as package
 
     modules = {p.stem for p in Path(package.__file__).parent.glob("*.py")} - {"__init__"}
-    assert modules == set(main.MODULES)
+    named = {entry.partition(":")[0] for entry in main.COMMANDS.entries.values()}
+    assert isinstance(next(iter(main.COMMANDS.entries.values())), str)
+    assert modules == named
 
 
 def test_a_command_imports_only_its_module() -> None:
-    import subprocess
-    import sys
-
     probe = (
         "import sys\nfrom jpfs.cli.main import main\nmain(['conversation', '--help'])\n"
         "print(sorted(m for m in sys.modules if m.startswith('jpfs.cli.commands.')))"

@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import RootId, scoped
+from jpfs.cli.commands.conversation import scoped
 from jpfs.cli.context import note, out, state
+from jpfs.cli.options import RootId
 
 Id = Annotated[str, typer.Argument(metavar="ID", help="A conversation with a branch workspace.")]
 
@@ -45,9 +46,3 @@ def diff(
 
     ws = state.ws()
     out(branches.diff(ws, scoped(ws, conv_id, root_id), stat=stat))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("merge")(merge)
-    app.command("discard")(discard)
-    app.command("diff")(diff)

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-import typer
-
-from jpfs.cli.context import Format, out, out_json, out_table, state
-
-app = typer.Typer(help="Read and change the workspace configuration.", no_args_is_help=True)
+from jpfs.cli.context import out, out_json, out_table, state
+from jpfs.cli.lazygroup import Commands
+from jpfs.cli.options import Format
 
 
 def _value(value: Any) -> str:
     """A value as it is written in TOML (a string bare for `config get`)."""
-    import json
-
     return json.dumps(value, ensure_ascii=False)
 
 
-@app.command("get")
 def get(key: str, fmt: Format = "text") -> None:
     """Print the resolved value of KEY (with --format json: key, value and source)."""
     config = state.ws().config
@@ -29,7 +25,6 @@ def get(key: str, fmt: Format = "text") -> None:
     out(value if isinstance(value, str) else _value(value))
 
 
-@app.command("set")
 def set_(key: str, value: str) -> None:
     """Set KEY to VALUE (TOML syntax) in .jpfs/config.toml; comments survive.
 
@@ -42,7 +37,6 @@ def set_(key: str, value: str) -> None:
     set_in_file(ws.jpfs_dir / CONFIG_FILE, key, value)
 
 
-@app.command("show")
 def show(fmt: Format = "text") -> None:
     """Every key with its resolved value and where it came from."""
     rows = list(state.ws().config.items())
@@ -52,8 +46,8 @@ def show(fmt: Format = "text") -> None:
     out_table(("key", "value", "source"), [(k, _value(v), s) for k, v, s in rows])
 
 
-app.command("list", help="Every key with its resolved value and where it came from (= show).")(show)
-
-
-def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="config")
+COMMANDS = Commands(
+    help="Read and change the workspace configuration.",
+    entries={"get": get, "set": set_, "show": show, "list": show},
+    helps={"list": "Every key with its resolved value and where it came from (= show)."},
+)

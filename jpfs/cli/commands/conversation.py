@@ -6,35 +6,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jpfs.cli.context import Format, note, out, out_json, out_table, state
+from jpfs.cli import grepview
+from jpfs.cli.context import note, out, out_json, out_table, state
+from jpfs.cli.lazygroup import Commands
+from jpfs.cli.options import Format, RootId
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
-
-app = typer.Typer(
-    help="Create, list, read and search conversations (alias: jpfs c).", no_args_is_help=True
-)
-
-RootId = Annotated[
-    str | None,
-    typer.Option("--root-id", help="Refuse every id that is not a strict descendant of this one."),
-]
-
-# A new conversation's budget: it and its descendants (jpfs.services.conversations.budgets).
-BudgetTokens = Annotated[
-    int | None,
-    typer.Option(
-        "--budget-tokens",
-        help="Most tokens the new conversation and its sub-agents may spend.",
-    ),
-]
-BudgetUsd = Annotated[
-    float | None,
-    typer.Option(
-        "--budget-usd",
-        help="Most USD the new conversation and its sub-agents may spend.",
-    ),
-]
 
 
 def subtree(ws: Workspace, conv_id: str | None, root_id: str | None) -> str | None:
@@ -59,7 +37,6 @@ def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
     return scope.resolve(ws.conv_root, conv_id, within=root_id)
 
 
-@app.command("new")
 def new(
     conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
     parent: Annotated[str | None, typer.Option("--parent", help="Create under this id.")] = None,
@@ -97,7 +74,6 @@ def new(
     out(conv.id)
 
 
-@app.command("ls")
 def ls(
     root: Annotated[str | None, typer.Option("--root", help="List the descendants of ID.")] = None,
     hidden: Annotated[bool, typer.Option("--hidden", help="Include hidden conversations.")] = False,
@@ -132,7 +108,6 @@ def ls(
     )
 
 
-@app.command("print")
 def print_(
     conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
     last: Annotated[int | None, typer.Option("--last", help="Only the last N events.")] = None,
@@ -151,7 +126,6 @@ def print_(
         out(transcript.markdown(conv, last))
 
 
-@app.command("grep")
 def grep(
     pattern: str,
     conv_ids: Annotated[
@@ -183,7 +157,6 @@ def grep(
 ) -> None:
     """Search conversations, grep-style: one ID:FILE:LINE: text per match (matches
     highlighted on a terminal). Exit 0 when found, 1 when not, 2 on a bad pattern."""
-    from jpfs.cli import grepview
     from jpfs.core import scope
     from jpfs.services.views import search
 
@@ -242,7 +215,6 @@ def check_grep_flags(files_with_matches: bool, count: bool, context: int, fmt: s
         )
 
 
-@app.command("fork")
 def fork(
     conv_id: str,
     last: Annotated[
@@ -262,14 +234,12 @@ def fork(
     out(child.id)
 
 
-@app.command("rm")
 def rm(
     conv_id: str,
     cascade: Annotated[bool, typer.Option("--cascade", help="Also remove descendants.")] = False,
     root_id: RootId = None,
 ) -> None:
     """Remove a conversation (it stays in git history)."""
-    from jpfs.cli.context import note
     from jpfs.services.conversations import lifecycle
 
     ws = state.ws()
@@ -277,7 +247,6 @@ def rm(
     note(f"removed {len(removed)} conversation(s)")
 
 
-@app.command("use")
 def use(conv_id: str, root_id: RootId = None) -> None:
     """Make ID the active conversation (local state, never committed)."""
     from jpfs.services.conversations import lifecycle
@@ -286,7 +255,6 @@ def use(conv_id: str, root_id: RootId = None) -> None:
     lifecycle.set_active(ws, scoped(ws, conv_id, root_id))
 
 
-@app.command("set-agent")
 def set_agent(conv_id: str, agent: str, root_id: RootId = None) -> None:
     """Give ID, which has not worked yet, another AGENT (its profile's configuration
     replaces the old one). After a failure before any work, `jpfs retry ID` runs it."""
@@ -301,7 +269,6 @@ def set_agent(conv_id: str, agent: str, root_id: RootId = None) -> None:
     note(f"{conv.id} now runs {agent}" + (f"; `jpfs retry {conv.id}` runs it" if failed else ""))
 
 
-@app.command("show")
 def show(
     conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
     fmt: Format = "text",
@@ -341,6 +308,17 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="conversation")
-    root.add_typer(app, name="c", hidden=True)
+COMMANDS = Commands(
+    help="Create, list, read and search conversations (alias: jpfs c).",
+    entries={
+        "new": new,
+        "ls": ls,
+        "print": print_,
+        "grep": grep,
+        "fork": fork,
+        "rm": rm,
+        "use": use,
+        "set-agent": set_agent,
+        "show": show,
+    },
+)

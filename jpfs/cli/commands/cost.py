@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import RootId, subtree
-from jpfs.cli.context import Format, note, out_json, out_table, state
+from jpfs.cli.commands.conversation import subtree
+from jpfs.cli.context import note, out_json, out_table, state
+from jpfs.cli.options import Format, RootId
 
 
 def cost(
@@ -58,7 +59,3 @@ def cost(
         note(result.total.to_json()["cost_note"])
     if result.skipped:
         note(f"{len(result.skipped)} call(s) without a time left out of the range")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("cost")(cost)

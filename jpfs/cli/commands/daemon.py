@@ -6,15 +6,12 @@ from typing import Annotated, Any
 
 import typer
 
-from jpfs.cli.context import Format, note, out, out_json, state
-
-app = typer.Typer(
-    help="The background daemon: runs agents when conversation files change.",
-    no_args_is_help=True,
-)
+from jpfs.cli.context import note, out, out_json, state
+from jpfs.cli.lazygroup import Commands
+from jpfs.cli.options import Format
+from jpfs.errors import JpfsError
 
 
-@app.command("start")
 def start(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for the daemon to be ready.")
@@ -29,7 +26,6 @@ def start(
     out(str(pid))
 
 
-@app.command("stop")
 def stop(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for the runs to stop.")
@@ -48,7 +44,6 @@ def stop(
     note(f"daemon {pid} stopped")
 
 
-@app.command("status")
 def status(fmt: Format = "text") -> None:
     """Whether the daemon runs, its pid, uptime, agents running, queue and last error.
 
@@ -71,8 +66,6 @@ def status(fmt: Format = "text") -> None:
 def _config_now() -> tuple[str | None, dict[str, str]]:
     """What is wrong with the configuration now (a running daemon keeps the one it
     read), and what of it the last good copy stands in for."""
-    from jpfs.errors import JpfsError
-
     try:
         ws = state.ws()
     except JpfsError as exc:
@@ -129,7 +122,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-@app.command("run")
 def run(
     detached: Annotated[bool, typer.Option("--detached", hidden=True)] = False,
 ) -> None:
@@ -145,5 +137,7 @@ def run(
         raise typer.Exit(code)
 
 
-def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="daemon")
+COMMANDS = Commands(
+    help="The background daemon: runs agents when conversation files change.",
+    entries={"start": start, "stop": stop, "status": status, "run": run},
+)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from jpfs.cli.context import Format, out_json, out_table, state
+from jpfs.cli.context import out_json, out_table, state
+from jpfs.cli.options import Format
 
 
 def doctor(fmt: Format = "text") -> None:
@@ -21,7 +22,3 @@ def doctor(fmt: Format = "text") -> None:
         ])  # fmt: skip
     if any(c.status == "fail" for c in checks):
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("doctor")(doctor)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import RootId, scoped
-from jpfs.cli.context import Format, note, out, out_json, out_table, state
+from jpfs.cli.commands.conversation import scoped
+from jpfs.cli.context import note, out, out_json, out_table, state
+from jpfs.cli.options import Format, RootId
 
 if TYPE_CHECKING:
     from jpfs.services.views.history import Entry
@@ -44,8 +46,6 @@ def log(
 
 def _time(iso: str) -> str:
     """The commit's time in the local time zone, to the second."""
-    import datetime as dt
-
     try:
         return dt.datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
     except ValueError:
@@ -90,8 +90,3 @@ def gc() -> None:
         out(f"removed worktree {what} ({why})")
     for what, why in report.kept:
         note(f"kept worktree {what} ({why})")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("log")(log)
-    app.command("gc")(gc)

@@ -38,7 +38,3 @@ def init(
             " review them in .jpfs/agents/, then run `jpfs trust`"
         )
     out(str(ws.root))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("init")(init)

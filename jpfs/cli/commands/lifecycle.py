@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import BudgetTokens, BudgetUsd, RootId
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
+from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId
+from jpfs.errors import JpfsError
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
@@ -104,8 +105,6 @@ def capture(
     parent = resolve(ws, parent or lifecycle.require_active(ws), root_id)
     task = compose(parent)
     if not task:
-        from jpfs.errors import JpfsError
-
         raise JpfsError("empty task: nothing created")
     child = control.fork(ws, parent, task, start_run=not no_start, detached=True)
     out(child)
@@ -131,10 +130,3 @@ def retry(
     )
     out(msg.id)
     note(f"retrying {conv_id}" + ("; it continues in the background" if started else ""))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("fork")(fork)
-    app.command("kill")(kill)
-    app.command("capture")(capture)
-    app.command("retry")(retry)

@@ -7,19 +7,19 @@ idle conversation continues with it in a detached background run.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from jpfs.cli.commands.conversation import RootId
-from jpfs.cli.context import Format, note, out, out_json, out_table, state
+from jpfs.cli.context import note, out, out_json, out_table, state
+from jpfs.cli.lazygroup import Commands
+from jpfs.cli.options import Format, RootId
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
     from jpfs.services.conversations.mail import Message
-
-app = typer.Typer(help="Send, list, read and delete conversations' mail.", no_args_is_help=True)
 
 
 def mailbox(ws: Workspace, conv_id: str, root_id: str | None) -> str:
@@ -46,7 +46,6 @@ def listing(messages: Sequence[Message]) -> None:
     )
 
 
-@app.command("send")
 def send(
     conv_id: Annotated[str, typer.Argument(metavar="ID", help="The recipient.")],
     body: Annotated[
@@ -62,8 +61,6 @@ def send(
     root_id: RootId = None,
 ) -> None:
     """Mail a conversation; print the message id. An idle recipient continues with it."""
-    import sys
-
     from jpfs.services.run import control
 
     ws = state.ws()
@@ -78,7 +75,6 @@ def send(
     note(f"sent to {to}" + ("; it continues in the background" if started else ""))
 
 
-@app.command("check")
 def check(
     conv_id: Annotated[str, typer.Argument(metavar="ID")],
     fmt: Format = "text",
@@ -103,7 +99,6 @@ def check(
     note(f"{len(unread)} unread in {box}")
 
 
-@app.command("read")
 def read(
     conv_id: Annotated[str, typer.Argument(metavar="ID")],
     msg_id: Annotated[str, typer.Argument(metavar="MESSAGE_ID")],
@@ -125,7 +120,6 @@ def read(
     out("\n".join(lines) + "\n\n" + msg.body)
 
 
-@app.command("delete")
 def delete(
     conv_id: Annotated[str, typer.Argument(metavar="ID")],
     msg_id: Annotated[str, typer.Argument(metavar="MESSAGE_ID")],
@@ -138,7 +132,6 @@ def delete(
     out(mail.delete(ws, mailbox(ws, conv_id, root_id), msg_id).id)
 
 
-@app.command("filter")
 def filter_(
     conv_id: Annotated[str, typer.Argument(metavar="ID")],
     sender: Annotated[str | None, typer.Option("--from", help="Sender id, or @human.")] = None,
@@ -172,8 +165,15 @@ def filter_(
     listing(found)
 
 
-app.command("ls", help="List the messages of ID's inbox, as filter does (* marks unread).")(filter_)
-
-
-def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="mail")
+COMMANDS = Commands(
+    help="Send, list, read and delete conversations' mail.",
+    entries={
+        "send": send,
+        "check": check,
+        "read": read,
+        "delete": delete,
+        "filter": filter_,
+        "ls": filter_,
+    },
+    helps={"ls": "List the messages of ID's inbox, as filter does (* marks unread)."},
+)

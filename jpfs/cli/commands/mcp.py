@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import RootId
-from jpfs.cli.context import Format, note, out, out_json, state
+from jpfs.cli.context import note, out, out_json, state
+from jpfs.cli.options import Format, RootId
+from jpfs.tools.registry import build_tools
 
 Agents = Annotated[
     list[str] | None,
@@ -48,7 +49,7 @@ def mcp(root_id: RootId = None, agent: Agents = None, tool: Tools = None) -> Non
         f"jpfs mcp: serving {len(tools)} tools on stdio for "
         + (f"conversation {root}" if root else "a new conversation (created on first use)")
     )
-    from jpfs.mcp.server import serve  # imports the mcp SDK (about a second)
+    from jpfs.mcp.server import serve
 
     serve(caller)
 
@@ -67,7 +68,6 @@ def tools(
     """Print the tools `jpfs mcp` exports (name, description, JSON input schema)."""
     from jpfs.core import profiles
     from jpfs.mcp.caller import allowed_agents, definitions, export
-    from jpfs.tools.registry import build_tools
 
     ws = state.ws()
     if profile is not None:
@@ -81,8 +81,3 @@ def tools(
     for d in defs:
         out(f"{d['name']}\n    {d['description'].replace(chr(10), chr(10) + '    ')}")
         out(f"    input: {json.dumps(d['input_schema'], ensure_ascii=False)}\n")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("mcp")(mcp)
-    app.command("tools")(tools)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import typer
-
 from jpfs.cli.context import note, out, state
 
 
@@ -19,7 +17,3 @@ def migrate() -> None:
         f" branch: git commit -m 'jpfs: conversations live on {done.branch}'"
     )
     out(done.tip)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("migrate")(migrate)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from jpfs.cli.context import note, out, state
+from jpfs.errors import ConfigError
 
 
 def parse_tasks(text: str) -> list[str]:
@@ -33,7 +34,6 @@ def onboard(
     """
     from jpfs import api
     from jpfs.core.state import State
-    from jpfs.errors import ConfigError
     from jpfs.services.run.query import outcome, query
     from jpfs.services.run.runtime import Runner
 
@@ -61,7 +61,3 @@ def onboard(
         raise typer.Exit(4)
     for result in api.fork_tasks(ws, conv_id, runner):
         out(result.wrapped())
-
-
-def register(app: typer.Typer) -> None:
-    app.command("onboard")(onboard)

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
-from jpfs.cli.commands.conversation import BudgetTokens, BudgetUsd, RootId
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
+from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId
+from jpfs.errors import JpfsError, StateError
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
-    from jpfs.errors import JpfsError
     from jpfs.services.run.handoff import Ask, Outcome
     from jpfs.services.run.runtime import Runner
 
@@ -42,8 +42,6 @@ def progress_for(conv_id: str) -> Callable[[str], None]:
 
 def failed(result: Outcome) -> JpfsError:
     """The run of ``result`` failed: the error line, with its error event's first line."""
-    from jpfs.errors import JpfsError
-
     reason = next((ln.strip() for ln in result.text.splitlines() if ln.strip()), "")
     return JpfsError(f"{result.conversation} failed: {reason or 'the run failed'}")
 
@@ -262,7 +260,6 @@ def answer(
     from jpfs.core import record, scope, tree
     from jpfs.core.conversation import Conversation
     from jpfs.core.state import State
-    from jpfs.errors import JpfsError, StateError
     from jpfs.services.conversations import onboarding
 
     ws = state.ws()
@@ -290,8 +287,3 @@ def answer(
         if result.state is State.FAILED:
             raise failed(result)
         out(result.wrapped() if result.state is State.WAITING else result.text)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("query")(query)
-    app.command("answer")(answer)

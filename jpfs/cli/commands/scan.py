@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from jpfs.cli.context import Format, note, out, out_json, state
+from jpfs.cli.context import note, out, out_json, state
+from jpfs.cli.options import Format
 
 
 def scan(fmt: Format = "text") -> None:
@@ -34,7 +35,3 @@ def scan(fmt: Format = "text") -> None:
             note(f"no recognised secret in the history of {ws.record_branch}")
     if found:
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("scan")(scan)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import typer
-
-from jpfs.cli.context import Format, note, out, out_json, state
+from jpfs.cli.context import note, out, out_json, state
+from jpfs.cli.options import Format
 
 
 def sync(fmt: Format = "text") -> None:
@@ -21,7 +20,3 @@ def sync(fmt: Format = "text") -> None:
         note(f"conflict: both sides changed {path.rsplit('.conflict-', 1)[0]}; theirs is {path}")
     note(f"record {done.integrated} with {done.remote}; pushed as {done.machine}")
     out(done.head or "")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("sync")(sync)

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jpfs.cli import keys
-from jpfs.cli.commands.conversation import RootId, subtree
-from jpfs.cli.context import Format, out, out_json, state, table
+from jpfs.cli.commands.conversation import subtree
+from jpfs.cli.context import out, out_json, state, table
+from jpfs.cli.options import Format, RootId
 
 if TYPE_CHECKING:
     from jpfs.services.views.status_view import Row
@@ -136,8 +137,3 @@ def render(rows: list[Row], header: str = "") -> str:
         cost = None if None in costs else sum(c for c in costs if c is not None)
         text += f"total: {tokens_text(tokens)} tokens, {dollars(cost)}\n"
     return (header + "\n" if header else "") + text
-
-
-def register(app: typer.Typer) -> None:
-    app.command("tree")(tree)
-    app.command("top")(top)

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli.context import Format, note, out_json, out_table, state
+from jpfs.cli.context import note, out_json, out_table, state
+from jpfs.cli.options import Format
 
 
 def trust(
@@ -42,7 +43,3 @@ def trust(
             for r in rows
         ],
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("trust")(trust)
