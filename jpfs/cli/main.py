@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
 import click
@@ -66,6 +65,9 @@ class Jpfs(LazyGroup):
 
 def _print_version(value: bool) -> None:
     if value:
+        # importlib.metadata costs every command ~30 ms of start-up; only this needs it.
+        from importlib.metadata import PackageNotFoundError, version
+
         try:
             typer.echo(f"jpfs {version('jpfs')}")
         except PackageNotFoundError:

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jpfs.cli import grepview
 from jpfs.cli.context import note, out, out_json, out_table, state
 from jpfs.cli.lazygroup import Commands
 from jpfs.cli.options import Format, RootId
@@ -157,6 +156,7 @@ def grep(
 ) -> None:
     """Search conversations, grep-style: one ID:FILE:LINE: text per match (matches
     highlighted on a terminal). Exit 0 when found, 1 when not, 2 on a bad pattern."""
+    from jpfs.cli import grepview  # imports jpfs.services.views.search
     from jpfs.core import scope
     from jpfs.services.views import search
 
