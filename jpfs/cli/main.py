@@ -13,7 +13,6 @@ import typer
 from jpfs.cli import error_handler, startup
 from jpfs.cli.argv import hoist_global_options
 from jpfs.cli.context import note, state
-from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox; cheap)
 
 # The command modules (jpfs/cli/commands/), in the order help lists them, and the groups
 # and commands each registers. A run imports only the module it invokes: all of them
