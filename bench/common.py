@@ -28,8 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# A bench is an entry point, like the CLI: in-process runs get the tools from here.
-import jpfs.tools.registry  # noqa: E402, F401
+# A bench is an entry point, like the CLI: runners it builds without an App get the tools.
+from jpfs.services.run.app import App, use_default  # noqa: E402
+from jpfs.tools.registry import build_tools  # noqa: E402
+
+use_default(App(build_tools))
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Bench User",

@@ -14,6 +14,8 @@ child per task.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import shutil
 from collections.abc import Sequence
@@ -27,9 +29,10 @@ from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import StateError
 from jpfs.services.conversations import lifecycle, onboarding
+from jpfs.services.run.app import App
 from jpfs.services.run.query import Outcome, outcome, query
 from jpfs.services.run.runtime import Progress, Runner
-from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox)
+from jpfs.tools.registry import build_tools
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,28 @@ def workspace(where: Where = None) -> Workspace:
     if isinstance(where, Workspace):
         return where
     return open_workspace(Path(where) if where is not None else None)
+
+
+@functools.cache
+def app() -> App:
+    """The library's composition root: the App of this process's library calls. They
+    run in process (the caller gets its progress callbacks and its exceptions);
+    ``jpfs.services.run.handoff.hand_or_run`` hands a query to a daemon instead."""
+    return App(build_tools)
+
+
+def runner(ws: Workspace, progress: Progress | None = None) -> Runner:
+    return Runner(ws, app=app(), progress=progress)
+
+
+def run_detached(argv: Sequence[str]) -> int:
+    """A detached background run's process (``background.spawn``): ``ROOT CONV_ID``."""
+    from jpfs.services.run.background import log, run_background
+
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [{argv[1]}] %(message)s")
+    ws = open_workspace(Path(argv[0]), search=False)
+    state = run_background(runner(ws, progress=log.info), argv[1])
+    return 0 if state is not None else 1
 
 
 def _handle(ws: Workspace, conv_id: str, state: State) -> OnboardingHandle:
@@ -76,7 +101,7 @@ def onboard(
         parent=parent,
         agent=agent,
         onboarding_enabled=True,
-        runner=Runner(ws, progress=progress),
+        runner=runner(ws, progress),
         extra={"mode": "template", "tasks": list(tasks) or None},
     )
     return _handle(ws, result.conversation, result.state)
@@ -89,7 +114,7 @@ def reply(
     ws = workspace(workspace_dir)
     if handle.ready:
         raise StateError(f"{handle.conversation!r} is ready; it has no open questions")
-    result = query(ws, answer, conv_id=handle.conversation)
+    result = query(ws, answer, conv_id=handle.conversation, runner=runner(ws))
     return _handle(ws, result.conversation, result.state)
 
 
@@ -136,14 +161,14 @@ def call(
 ) -> str:
     """Run a ready handle (a fresh child inheriting its Q&A) or an agent, and return its answer."""
     ws = workspace(workspace_dir)
-    runner = Runner(ws, progress=progress)
+    run = runner(ws, progress)
     if isinstance(target, str):
-        result = query(ws, input, agent=target, onboarding_enabled=False, runner=runner)
+        result = query(ws, input, agent=target, onboarding_enabled=False, runner=run)
     else:
         if not target.ready:
             raise StateError(f"{target.conversation!r} still has open questions: reply() first")
         child = spawn(ws, target.conversation, input)
-        result = outcome(child, runner.run(child.id))
+        result = outcome(child, run.run(child.id))
     if result.state is not State.IDLE:
         raise StateError(f"{result.conversation!r} ended {result.state}: {result.text.strip()}")
     return result.text

@@ -16,8 +16,16 @@ from pathlib import Path
 
 import pytest
 
-import jpfs.tools.registry  # noqa: F401  (tests are an entry point: install the runs' toolbox)
 from tests.messages_server import messages_server  # noqa: F401  (fixture)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests are an entry point: runners they build without an App get the tools."""
+    from jpfs.services.run.app import App, use_default
+    from jpfs.tools.registry import build_tools
+
+    use_default(App(build_tools))
+
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Test User",

@@ -11,7 +11,6 @@ import typer
 from jpfs.cli import error_handler, options
 from jpfs.cli.context import note, state
 from jpfs.cli.lazygroup import Commands, LazyGroup
-from jpfs.tools import registry as _tools  # noqa: F401  (installs the runs' toolbox; cheap)
 
 # What every command shares, and the alias, which help would not show otherwise.
 EPILOG = (

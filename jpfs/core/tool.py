@@ -15,15 +15,25 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jpfs.errors import Cancelled, JpfsError, ToolError, ToolFailure
 
 if TYPE_CHECKING:
+    from jpfs.core.workspace import Workspace
     from jpfs.infra.providers.base import ToolSpec
 
 JsonDict = dict[str, Any]
 log = logging.getLogger("jpfs.services.run.runtime")  # where tool crashes were always logged
+
+
+class SubRunner(Protocol):
+    """The run calling a tool, which runs the sub-agents it starts (a
+    ``jpfs.services.run.runtime.Runner``; named by its shape so that the core does
+    not import the run loop above it)."""
+
+    ws: Workspace
+    cancel: threading.Event
 
 
 @dataclass
@@ -40,9 +50,19 @@ class ToolContext:
     # files_root; empty means read-only.
     writable: Sequence[str] = ()
     cancel: threading.Event = field(default_factory=threading.Event)
-    # Runtime services (the agent runner, the profile, ...) attached by the runtime;
-    # tools that need them look them up by key.
-    services: Mapping[str, Any] = field(default_factory=dict)
+    workspace: Workspace | None = None
+    # The caller's profile: its [config] snapshot (tools.allow, tools.agents, name...).
+    config: Mapping[str, Any] = field(default_factory=dict)
+    runner: SubRunner | None = None
+    # The model's id of this call: a child it started is found again after a crash.
+    call_id: str = ""
+    # Given each sub-agent's whole outcome (an adapter that reports its usage).
+    on_outcome: Callable[[Any], None] | None = None
+
+    def ws(self) -> Workspace:
+        if self.workspace is None:
+            raise ToolError("this tool needs a workspace and was called without one")
+        return self.workspace
 
 
 @dataclass(frozen=True)
@@ -116,19 +136,8 @@ def _message(error: Any) -> str:
 
 # The tools a conversation's profile grants: (its configuration, the agents dir) -> name
 # -> tool. The tools sit above the run loop (jp_query runs sub-agents through it), so
-# the run loop is handed them (jpfs.tools.registry installs its build_tools on import)
-# instead of importing them.
+# the run loop is handed them (jpfs.services.run.app.App.toolbox) instead of importing them.
 Toolbox = Callable[[Mapping[str, Any], Path], dict[str, Tool]]
-_toolbox: list[Toolbox] = []
-
-
-def use_toolbox(toolbox: Toolbox) -> None:
-    """Give every Runner without a toolbox of its own this one."""
-    _toolbox[:] = [toolbox]
-
-
-def installed_toolbox() -> Toolbox | None:
-    return _toolbox[0] if _toolbox else None
 
 
 def call_tool(

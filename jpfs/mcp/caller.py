@@ -26,6 +26,7 @@ from jpfs.core.tool import Tool, ToolContext
 from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, ConfigError, JpfsError, LockError
 from jpfs.services.conversations import lifecycle
+from jpfs.services.run.app import App
 from jpfs.services.run.control import find_child_for_call
 from jpfs.services.run.handoff import Outcome
 from jpfs.services.run.runtime import Progress, Runner
@@ -94,6 +95,19 @@ def export(
     return config, build_tools(config, ws.agents_dir)
 
 
+def session(
+    ws: Workspace,
+    agents: Sequence[str],
+    only: Sequence[str] = (),
+    root: str | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> Caller:
+    """The MCP adapter's composition root: its App (the registry's tools run its
+    sub-agents) and the caller R, which builds every request's runner from it."""
+    config, tools = export(ws, agents, only, root)
+    return Caller(ws, config, tools, App(build_tools), root, announce=announce)
+
+
 def definitions(tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
     """Plain JSON tool definitions: what ``jpfs tools --format json`` prints."""
     return [
@@ -117,6 +131,7 @@ class Caller:
     ws: Workspace
     config: dict[str, Any]
     tools: dict[str, Tool]
+    app: App
     root: str | None = None
     title: str = "MCP session"
     # Told the id of a root created on demand (``jpfs mcp`` prints it to stderr).
@@ -150,6 +165,7 @@ class Caller:
         # Each call has its own runner: cancelling one request stops only its runs.
         runner = Runner(
             self.ws,
+            app=self.app,
             cancel=cancel,
             progress=progress,
             lock_wait=float(self.ws.config["query.lock_wait"]),
@@ -163,13 +179,11 @@ class Caller:
                 conversation=root,
                 files_root=self.ws.root,
                 cancel=cancel,
-                services={
-                    "runner": runner,
-                    "ws": self.ws,
-                    "config": self.config,
-                    "call_id": call_id,
-                    "on_outcome": outcomes.append,
-                },
+                workspace=self.ws,
+                config=self.config,
+                runner=runner,
+                call_id=call_id,
+                on_outcome=outcomes.append,
             )
             text, is_error = runner.call_tool(self.tools, ctx, {"name": name, "input": arguments})
         except Cancelled:

@@ -9,7 +9,6 @@ the best and ``branch_discard`` the rest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from jpfs.core.tool import JsonDict, Tool, ToolContext
@@ -17,14 +16,9 @@ from jpfs.core.tool import JsonDict, Tool, ToolContext
 DIFF_MAX_CHARS = 100_000
 
 
-def _ws(ctx: ToolContext) -> Any:
-    return ctx.services["ws"]
-
-
 def _author(ctx: ToolContext) -> Any:
     """The calling agent authors its merges (a top-level caller: the git identity)."""
-    config = ctx.services.get("config")
-    name = config.get("name") if isinstance(config, Mapping) else None
+    name = ctx.config.get("name")
     if not ctx.conversation or not name:
         return None
     from jpfs.core.record import agent_identity
@@ -35,7 +29,7 @@ def _author(ctx: ToolContext) -> Any:
 def merge_tool(ctx: ToolContext, args: JsonDict) -> str:
     from jpfs.services.forks import merge
 
-    result = merge.merge(_ws(ctx), str(args["id"]), within=ctx.conversation, author=_author(ctx))
+    result = merge.merge(ctx.ws(), str(args["id"]), within=ctx.conversation, author=_author(ctx))
     return result.summary()
 
 
@@ -43,7 +37,7 @@ def branch_diff(ctx: ToolContext, args: JsonDict) -> str:
     from jpfs.core import scope
     from jpfs.services.forks import branches
 
-    ws = _ws(ctx)
+    ws = ctx.ws()
     conv_id = scope.resolve(ws.conv_root, str(args["id"]), within=ctx.conversation)
     text = branches.diff(ws, conv_id, stat=bool(args.get("stat", False)))
     if not text.strip():
@@ -57,7 +51,7 @@ def branch_diff(ctx: ToolContext, args: JsonDict) -> str:
 def branch_discard(ctx: ToolContext, args: JsonDict) -> str:
     from jpfs.services.forks import worktrees
 
-    done = worktrees.discard(_ws(ctx), str(args["id"]), within=ctx.conversation)
+    done = worktrees.discard(ctx.ws(), str(args["id"]), within=ctx.conversation)
     return "discarded the branch and worktree of " + ", ".join(done)
 
 

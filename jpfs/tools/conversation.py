@@ -9,7 +9,7 @@ implementation checks again (a schema is advice to the model, not a boundary).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,19 +19,16 @@ from jpfs.core.state import State
 from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.errors import LimitError, ProfileError, ToolError, ToolFailure
 from jpfs.services.run import control
+from jpfs.services.run.runtime import Runner
 from jpfs.services.views import search
 
 if TYPE_CHECKING:
     from jpfs.services.run.query import Outcome
 
 
-def _ws(ctx: ToolContext) -> Any:
-    return ctx.services["ws"]
-
-
-def _caller_config(ctx: ToolContext) -> Mapping[str, Any]:
-    config = ctx.services.get("config")
-    return config if isinstance(config, Mapping) else {}
+def runner_of(ctx: ToolContext) -> Runner | None:
+    """The run calling the tool, as the services take it (None: the process default)."""
+    return ctx.runner if isinstance(ctx.runner, Runner) else None
 
 
 def allowed_agents(config: Mapping[str, Any]) -> list[str]:
@@ -41,14 +38,14 @@ def allowed_agents(config: Mapping[str, Any]) -> list[str]:
 def jp_query(ctx: ToolContext, args: JsonDict) -> str:
     from jpfs.services.run.query import query
 
-    ws = _ws(ctx)
-    config = _caller_config(ctx)
-    runner = ctx.services["runner"]
+    ws = ctx.ws()
+    config = ctx.config
+    runner = runner_of(ctx)
     text = str(args["query"])
     target = str(args.get("id") or "new")
     overrides = [str(o) for o in args.get("overrides") or []]
     budget = {k: args[k] for k in ("budget_tokens", "budget_usd") if args.get(k) is not None}
-    report = ctx.services.get("on_outcome")
+    report = ctx.on_outcome
     if target == "new":
         name = str(args.get("config") or "")
         if not name:
@@ -61,7 +58,7 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
                 f"profile {name!r} is not one this agent may start"
                 f" (allowed: {', '.join(allowed_agents(config)) or 'none'})"
             )
-        call_id = str(ctx.services.get("call_id", ""))
+        call_id = ctx.call_id
         existing = control.find_child_for_call(ws.conv_root, ctx.conversation, call_id)
         if existing is not None:
             # A crash between creating the child and writing its task.md: hand it the task.
@@ -101,11 +98,11 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
     return _answer(result, report)
 
 
-def _answer(result: Outcome, report: Any = None) -> str:
+def _answer(result: Outcome, report: Callable[[Any], None] | None) -> str:
     """The sub-agent's answer; a failed or killed one is an error result for the caller
     (MCP clients see ``isError``), with the same ``<error ...>`` text. ``report`` (an
     adapter's ``on_outcome`` service) is handed the whole outcome, its usage included."""
-    if callable(report):
+    if report is not None:
         report(result)
     if result.state in (State.FAILED, State.KILLED):
         raise ToolFailure(result.wrapped())
@@ -113,7 +110,7 @@ def _answer(result: Outcome, report: Any = None) -> str:
 
 
 def jp_conversation_list(ctx: ToolContext, args: JsonDict) -> str:
-    ws = _ws(ctx)
+    ws = ctx.ws()
     items = tree.listing(ws.conv_root, ctx.conversation or None, include_hidden=True)
     rows = [
         {
@@ -127,14 +124,14 @@ def jp_conversation_list(ctx: ToolContext, args: JsonDict) -> str:
 
 
 def jp_conversation_print(ctx: ToolContext, args: JsonDict) -> str:
-    ws = _ws(ctx)
+    ws = ctx.ws()
     conv_id = scope.resolve(ws.conv_root, str(args["id"]), within=ctx.conversation)
     last = args.get("last")
     return transcript.markdown(Conversation(ws.conv_root, conv_id), int(last) if last else None)
 
 
 def jp_conversation_grep(ctx: ToolContext, args: JsonDict) -> str:
-    ws = _ws(ctx)
+    ws = ctx.ws()
     only: Sequence[str] = ()
     if args.get("id"):
         only = [scope.resolve(ws.conv_root, str(args["id"]), within=ctx.conversation)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jpfs.core import secrets
@@ -71,8 +71,7 @@ def path_is_writable(relpath: str, patterns: Sequence[str]) -> bool:
 
 def _conv_scope(ctx: ToolContext) -> tuple[str, str | None]:
     """(conversation root, the caller's own conversation dir), relative to files_root."""
-    ws = ctx.services.get("ws")
-    root = str(getattr(ws, "conv_root_rel", "conversations"))
+    root = ctx.workspace.conv_root_rel if ctx.workspace is not None else "conversations"
     return root, f"{root}/{ctx.conversation}" if ctx.conversation else None
 
 
@@ -95,8 +94,7 @@ def hidden_from(ctx: ToolContext) -> safescan.Hide:
 
 def exposed(ctx: ToolContext) -> tuple[str, ...]:
     """The profile's ``tools.expose`` globs: secret-looking or ignored paths it may read."""
-    config = ctx.services.get("config")
-    tools = config.get("tools", {}) if isinstance(config, Mapping) else {}
+    tools = ctx.config.get("tools", {})
     return tuple(str(p) for p in tools.get("expose", []) if str(p).strip())
 
 

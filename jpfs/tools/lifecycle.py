@@ -17,7 +17,7 @@ from typing import Any
 from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.services.conversations import mail, reports
 from jpfs.services.run import control
-from jpfs.tools.conversation import BUDGET_PROPERTIES
+from jpfs.tools.conversation import BUDGET_PROPERTIES, runner_of
 
 DELEGATING = frozenset({"fork", "jp_query"})
 MAX_AWAIT = 3600.0
@@ -27,24 +27,19 @@ def _dump(data: Any) -> str:
     return json.dumps(data, indent=1, ensure_ascii=False)
 
 
-def _ws(ctx: ToolContext) -> Any:
-    return ctx.services["ws"]
-
-
 def _parent_only(ctx: ToolContext) -> bool:
-    config = ctx.services.get("config")
-    allow = config.get("tools", {}).get("allow", []) if isinstance(config, Mapping) else []
+    allow = ctx.config.get("tools", {}).get("allow", [])
     return not DELEGATING.intersection(str(t) for t in allow)
 
 
 def fork(ctx: ToolContext, args: JsonDict) -> str:
     child = control.fork(
-        _ws(ctx),
+        ctx.ws(),
         ctx.conversation,
         str(args["prompt"]),
         by=ctx.conversation,
-        call_id=str(ctx.services.get("call_id", "")),
-        runner=ctx.services.get("runner"),
+        call_id=ctx.call_id,
+        runner=runner_of(ctx),
         budget_tokens=args.get("budget_tokens"),
         budget_usd=args.get("budget_usd"),
     )
@@ -58,8 +53,13 @@ def fork(ctx: ToolContext, args: JsonDict) -> str:
 
 
 def kill(ctx: ToolContext, args: JsonDict) -> str:
+    runner = runner_of(ctx)
     killed = control.kill(
-        _ws(ctx), str(args["id"]), by=ctx.conversation, cascade=bool(args.get("cascade", False))
+        ctx.ws(),
+        str(args["id"]),
+        by=ctx.conversation,
+        cascade=bool(args.get("cascade", False)),
+        app=runner.app if runner is not None else None,
     )
     return _dump({"conversation_id": str(args["id"]), "killed": killed})
 
@@ -67,7 +67,7 @@ def kill(ctx: ToolContext, args: JsonDict) -> str:
 def jp_await(ctx: ToolContext, args: JsonDict) -> str:
     timeout = min(max(float(args.get("timeout", 300.0)), 0.0), MAX_AWAIT)
     found = reports.wait_settled(
-        _ws(ctx),
+        ctx.ws(),
         [str(i) for i in args.get("ids") or []],
         by=ctx.conversation,
         timeout=timeout,
@@ -78,35 +78,35 @@ def jp_await(ctx: ToolContext, args: JsonDict) -> str:
 
 def mail_send(ctx: ToolContext, args: JsonDict) -> str:
     msg, continued = control.send(
-        _ws(ctx),
+        ctx.ws(),
         str(args["to"]),
         str(args.get("subject", "")),
         str(args["body"]),
         sender=ctx.conversation,
         in_reply_to=args.get("in_reply_to"),
         parent_only=_parent_only(ctx),
-        runner=ctx.services.get("runner"),
+        runner=runner_of(ctx),
     )
     return _dump({"message_id": msg.id, "conversation_id": msg.to, "continued": continued})
 
 
 def mail_check(ctx: ToolContext, args: JsonDict) -> str:
-    unread = mail.check(_ws(ctx), ctx.conversation)
+    unread = mail.check(ctx.ws(), ctx.conversation)
     return _dump({"unread": len(unread), "messages": [m.header() for m in unread]})
 
 
 def mail_read(ctx: ToolContext, args: JsonDict) -> str:
-    return _dump(mail.read(_ws(ctx), ctx.conversation, str(args["id"])).to_json())
+    return _dump(mail.read(ctx.ws(), ctx.conversation, str(args["id"])).to_json())
 
 
 def mail_delete(ctx: ToolContext, args: JsonDict) -> str:
-    msg = mail.delete(_ws(ctx), ctx.conversation, str(args["id"]))
+    msg = mail.delete(ctx.ws(), ctx.conversation, str(args["id"]))
     return _dump({"deleted": msg.id})
 
 
 def mail_filter(ctx: ToolContext, args: JsonDict) -> str:
     found = mail.select(
-        _ws(ctx),
+        ctx.ws(),
         ctx.conversation,
         sender=args.get("from"),
         kind=args.get("kind"),

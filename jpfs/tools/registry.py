@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jpfs.core.tool import Tool, use_toolbox
+from jpfs.core.tool import Tool
 from jpfs.errors import ProfileError
 
 
@@ -38,6 +38,3 @@ def build_tools(config: Mapping[str, Any], agents_dir: Path | None = None) -> di
             raise ProfileError(f"profile {config.get('name')!r} lists unknown tool {name!r}")
         out[name] = tool
     return out
-
-
-use_toolbox(build_tools)

@@ -1259,7 +1259,7 @@ def secrets_expose(block: Block, env: Env) -> None:
     for name, text in files.items():
         (ws / name).parent.mkdir(exist_ok=True)
         (ws / name).write_text(text, encoding="utf-8")
-    ctx = ToolContext(ws, "", ws, services={"config": profile.config})
+    ctx = ToolContext(ws, "", ws, config=profile.config)
     read = FS_TOOLS["fs_read_file"]
     assert read.run(ctx, check_arguments(read, {"path": ".env.example"})) == "TOKEN=changeme"
     assert read.run(ctx, check_arguments(read, {"path": "build/test-report.txt"})) == "12 passed"

@@ -72,7 +72,7 @@ def test_a_bad_last_is_refused_alike_by_the_cli_and_the_tools(ws: Path, cli) -> 
     tool = build_tools({"tools": {"allow": ["jp_conversation_print"]}}, None)[
         "jp_conversation_print"
     ]
-    ctx = ToolContext(w.root, "a", w.root, services={"ws": w})
+    ctx = ToolContext(w.root, "a", w.root, workspace=w)
     with pytest.raises(JpfsError, match="last"):
         tool.run(ctx, check_arguments(tool, {"id": "a/b", "last": -3}))
 
@@ -122,7 +122,7 @@ def test_the_same_bad_inputs_get_the_same_error_through_cli_tools_and_mcp(
     w = open_workspace(ws)
     config = {"tools": {"allow": ["jp_conversation_print", "jp_query"], "agents": ["quick"]}}
     tools = build_tools(config, w.agents_dir)
-    ctx = ToolContext(w.root, "a", w.root, services={"ws": w})
+    ctx = ToolContext(w.root, "a", w.root, workspace=w)
     for _, _, name, args, words in THREE_WAYS:
         filled = {k: fill(v, "a/b") for k, v in args.items()}
         with pytest.raises(JpfsError) as caught:

@@ -178,7 +178,10 @@ def tool_ctx(w: Workspace, conv_id: str) -> ToolContext:
         workspace_root=w.root,
         conversation=conv_id,
         files_root=w.root,
-        services={"ws": w, "config": conv.config, "runner": Runner(w), "call_id": "t1"},
+        workspace=w,
+        config=conv.config,
+        runner=Runner(w),
+        call_id="t1",
     )
 
 

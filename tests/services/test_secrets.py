@@ -123,7 +123,7 @@ def project(repo: Path) -> None:
 
 def ctx(root: Path, expose: list[str] | None = None) -> ToolContext:
     config = {"tools": {"expose": expose or []}}
-    return ToolContext(root, "", root, services={"config": config})
+    return ToolContext(root, "", root, config=config)
 
 
 def call(c: ToolContext, name: str, **args: Any) -> str:

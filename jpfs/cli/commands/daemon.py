@@ -130,9 +130,10 @@ def run(
     SIGTERM or Ctrl-C stops it gracefully (runs finish their current step); a second
     signal interrupts the steps in flight.
     """
+    from jpfs.cli.app import app as process_app
     from jpfs.services.daemon import service
 
-    code = service.serve(state.ws(), stderr=not detached, cfg=state.cfg)
+    code = service.serve(process_app(), state.ws(), stderr=not detached, cfg=state.cfg)
     if code:
         raise typer.Exit(code)
 

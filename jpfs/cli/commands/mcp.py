@@ -38,15 +38,20 @@ def mcp(root_id: RootId = None, agent: Agents = None, tool: Tools = None) -> Non
     names must be a descendant of it.
     """
     from jpfs.core import scope
-    from jpfs.mcp.caller import Caller, allowed_agents, export
+    from jpfs.mcp.caller import allowed_agents, session
 
     ws = state.ws()
     root = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
-    config, tools = export(ws, allowed_agents(ws, agent or []), tool or [], root)
-    caller = Caller(ws, config, tools, root, announce=lambda r: note(f"jpfs mcp: conversation {r}"))
+    caller = session(
+        ws,
+        allowed_agents(ws, agent or []),
+        tool or [],
+        root,
+        announce=lambda r: note(f"jpfs mcp: conversation {r}"),
+    )
     logging.basicConfig(level=logging.WARNING, format="jpfs mcp: %(levelname)s %(message)s")
     note(
-        f"jpfs mcp: serving {len(tools)} tools on stdio for "
+        f"jpfs mcp: serving {len(caller.tools)} tools on stdio for "
         + (f"conversation {root}" if root else "a new conversation (created on first use)")
     )
     from jpfs.mcp.server import serve

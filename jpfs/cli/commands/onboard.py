@@ -33,12 +33,12 @@ def onboard(
     answer with `jpfs answer ID TEXT`, then run `jpfs onboard --id ID`.
     """
     from jpfs import api
+    from jpfs.cli.app import runner as make_runner
     from jpfs.core.state import State
     from jpfs.services.run.query import outcome, query
-    from jpfs.services.run.runtime import Runner
 
     ws = state.ws()
-    runner = Runner(ws, progress=note)
+    runner = make_runner(ws, progress=note)
     if conv_id is None:
         if agent is None or tasks is None:
             raise ConfigError("give AGENT and --tasks FILE (or --id ID to continue)")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
+from jpfs.cli.app import runner as make_runner
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
 from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId
@@ -76,24 +77,24 @@ class Asker:
     def __call__(self, request: Ask) -> Outcome:
         from jpfs.services.run import handoff
 
-        remote = handoff.ask(
+        return handoff.hand_or_run(
             state.local_dir(),
             request,
             [*state.cfg, *self.extra_cfg],
+            lambda: self.here(request),
             on_text=self.live,
             on_note=lambda conv, text: progress_for(conv)(text),
         )
-        if remote is not None:
-            return remote
+
+    def here(self, request: Ask) -> Outcome:
         from jpfs.services.run.query import ask
-        from jpfs.services.run.runtime import Runner
 
         ws = self._ws = self._ws or state.ws(self.extra_cfg)
-        lock_wait = float(ws.config["query.lock_wait"])
+        wait = float(ws.config["query.lock_wait"])
         return ask(
             ws,
             request,
-            lambda target: Runner(ws, progress=progress_for(target), lock_wait=lock_wait),
+            lambda target: make_runner(ws, progress=progress_for(target), lock_wait=wait),
             on_text=self.live,
         )
 
@@ -269,9 +270,7 @@ def answer(
         raise StateError(f"conversation {conv.id!r} has no open questions ({tree.state_of(conv)})")
     runner = None
     if run:
-        from jpfs.services.run.runtime import Runner
-
-        runner = Runner(ws, progress=progress_for(conv.id))
+        runner = make_runner(ws, progress=progress_for(conv.id))
         preflight(runner, conv.config)
     if text is None:
         text = edit_answer(onboarding.questions_of_round(conv))

@@ -1,13 +1,15 @@
-"""The runs of this process: per-conversation cancellation, and noticing a kill.
+"""The runs of a process: per-conversation cancellation, and noticing a kill.
 
-Every run of a conversation (``Runner.run_locked``) goes through :func:`supervise`,
-which registers it here with a cancel event of its own. That event, not the
+Every run of a conversation (``Runner.run_locked``) goes through
+:meth:`RunTable.supervise`, which registers it in the process's table (one
+:class:`RunTable`, owned by the application object, :mod:`jpfs.services.run.app`)
+with a cancel event of its own. That event, not the
 runner's, is what the run's provider calls and command tools see
-(:func:`cancel_event`), so killing one conversation stops exactly that one.
+(:meth:`RunTable.cancel_event`), so killing one conversation stops exactly that one.
 
 A kill reaches a run in two ways:
 
-- in this process, :func:`cancel` sets the run's event at once;
+- in this process, :meth:`RunTable.cancel` sets the run's event at once;
 - from another process (``jpfs kill`` while a daemon or ``jpfs query`` runs the
   agent), a watcher thread polls each running conversation's
   ``conversation.toml`` every :data:`POLL` seconds (a ``stat``; the file is parsed only
@@ -20,7 +22,7 @@ cancel event (daemon stop, a cancelled MCP request), so that reaches each of the
 runner's runs at once; it exits when the runner has no run left.
 
 A provider or command tool that sees the event raises ``Cancelled`` (or kills its
-process group); :func:`supervise` turns that into ``State.KILLED`` when the
+process group); :meth:`RunTable.supervise` turns that into ``State.KILLED`` when the
 conversation was killed, and re-raises it when the runner itself was cancelled.
 """
 
@@ -82,11 +84,6 @@ class Run:
     stamp: Stamp | None
 
 
-_lock = threading.Lock()
-_runs: dict[tuple[str, str], Run] = {}
-_watchers: dict[int, threading.Thread] = {}
-
-
 def _key(root: Path, conv_id: str) -> tuple[str, str]:
     return (str(root), conv_id)
 
@@ -128,12 +125,6 @@ def own_paths(ws: Workspace, conv: Conversation, events: Sequence[str] | None = 
     return [f"{prefix}/{name}" for name in names]
 
 
-def cancel_event(runner: RunContext, conv: Conversation) -> threading.Event:
-    """The event a run of ``conv`` by ``runner`` is cancelled by (the runner's outside one)."""
-    run = _runs.get(_key(runner.ws.root, conv.id))
-    return run.cancel if run is not None else runner.cancel
-
-
 @contextlib.contextmanager
 def cancelled_at(cancel: threading.Event, deadline: float) -> Iterator[threading.Event]:
     """An event set when ``cancel`` is, or at ``deadline`` (``time.monotonic()``), for
@@ -157,92 +148,99 @@ def cancelled_at(cancel: threading.Event, deadline: float) -> Iterator[threading
         watcher.join()
 
 
-def cancel(root: Path, conv_id: str) -> bool:
-    """Cancel the run of ``conv_id`` in this process, if there is one."""
-    run = _runs.get(_key(root, conv_id))
-    if run is None:
-        return False
-    run.cancel.set()
-    return True
+class RunTable:
+    """This process's runs, by (workspace root, conversation id): a kill from another
+    thread finds the run here. Process-wide by nature, so owned by the application
+    object and handed down, never a module global."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, str], Run] = {}
+        self._watchers: dict[int, threading.Thread] = {}
 
-def active(root: Path) -> list[str]:
-    """Conversations of the workspace at ``root`` running in this process."""
-    with _lock:
-        return sorted(cid for (r, cid) in _runs if r == str(root))
+    def cancel_event(self, runner: RunContext, conv: Conversation) -> threading.Event:
+        """The event a run of ``conv`` by ``runner`` is cancelled by (the runner's outside one)."""
+        run = self._runs.get(_key(runner.ws.root, conv.id))
+        return run.cancel if run is not None else runner.cancel
 
+    def cancel(self, root: Path, conv_id: str) -> bool:
+        """Cancel the run of ``conv_id`` in this process, if there is one."""
+        run = self._runs.get(_key(root, conv_id))
+        if run is None:
+            return False
+        run.cancel.set()
+        return True
 
-def supervise(
-    runner: RunContext,
-    conv: Conversation,
-    drive: Callable[[Conversation], State],
-    deliver: Callable[[Conversation], bool],
-) -> State:
-    """Run ``drive`` as a registered, killable run; then ``deliver`` and go on.
+    def supervise(
+        self,
+        runner: RunContext,
+        conv: Conversation,
+        drive: Callable[[Conversation], State],
+        deliver: Callable[[Conversation], bool],
+    ) -> State:
+        """Run ``drive`` as a registered, killable run; then ``deliver`` and go on.
 
-    After each drive, ``deliver`` turns mail from the conversation's caller that
-    arrived meanwhile into its next input (the runtime passes
-    :func:`jpfs.services.conversations.inputs.deliver`), so a message sent while the agent was busy is never
-    left behind when it stops; it returns whether there was any.
-    """
-    key = _key(runner.ws.root, conv.id)
-    run = Run(runner, conv.id, conv.toml_path, threading.Event(), file_stamp(conv.toml_path))
-    with _lock:
-        outer = _runs.get(key)
-        _runs[key] = run
-        _ensure_watcher(runner)
-    try:
+        After each drive, ``deliver`` turns mail from the conversation's caller that
+        arrived meanwhile into its next input (the runtime passes
+        :func:`jpfs.services.conversations.inputs.deliver`), so a message sent while the agent was busy is never
+        left behind when it stops; it returns whether there was any.
+        """
+        key = _key(runner.ws.root, conv.id)
+        run = Run(runner, conv.id, conv.toml_path, threading.Event(), file_stamp(conv.toml_path))
+        with self._lock:
+            outer = self._runs.get(key)
+            self._runs[key] = run
+            self._ensure_watcher(runner)
+        try:
+            while True:
+                state = drive(conv)
+                if not deliver(conv):
+                    return state
+        except Cancelled:
+            if not runner.cancel.is_set() and status_of(conv.toml_path) == "killed":
+                runner.note(f"[{conv.id}] killed")
+                return State.KILLED
+            raise
+        finally:
+            with self._lock:
+                if outer is not None:
+                    self._runs[key] = outer
+                elif self._runs.get(key) is run:
+                    del self._runs[key]
+
+    def _ensure_watcher(self, runner: RunContext) -> None:
+        key = id(runner)
+        if key not in self._watchers:
+            thread = threading.Thread(
+                target=self._watch, args=(runner,), name="jpfs-runs-watcher", daemon=True
+            )
+            self._watchers[key] = thread
+            thread.start()
+
+    def _watch(self, runner: RunContext) -> None:
+        """Watch ``runner``'s runs; one thread per runner, so its own cancel wakes it at once."""
+        tick = threading.Event()  # never set: a timed wait once the runner's cancel is set
         while True:
-            state = drive(conv)
-            if not deliver(conv):
-                return state
-    except Cancelled:
-        if not runner.cancel.is_set() and status_of(conv.toml_path) == "killed":
-            runner.note(f"[{conv.id}] killed")
-            return State.KILLED
-        raise
-    finally:
-        with _lock:
-            if outer is not None:
-                _runs[key] = outer
-            elif _runs.get(key) is run:
-                del _runs[key]
-
-
-def _ensure_watcher(runner: RunContext) -> None:
-    key = id(runner)
-    if key not in _watchers:
-        thread = threading.Thread(
-            target=_watch, args=(runner,), name="jpfs-runs-watcher", daemon=True
-        )
-        _watchers[key] = thread
-        thread.start()
-
-
-def _watch(runner: RunContext) -> None:
-    """Watch ``runner``'s runs; one thread per runner, so its own cancel wakes it at once."""
-    tick = threading.Event()  # never set: a timed wait once the runner's cancel is set
-    while True:
-        with _lock:
-            mine = [run for run in _runs.values() if run.runner is runner]
-            if not mine:
-                # Removed under the lock: a run registered after this starts a new one.
-                del _watchers[id(runner)]
-                return
-        stopping = runner.cancel.is_set()
-        for run in mine:
-            if run.cancel.is_set():
-                continue
-            if stopping:
-                run.cancel.set()
-                continue
-            stamp = file_stamp(run.toml)
-            if stamp != run.stamp:
-                run.stamp = stamp
-                if status_of(run.toml) == "killed":
-                    log.info("%s was killed: cancelling its run", run.conv_id)
+            with self._lock:
+                mine = [run for run in self._runs.values() if run.runner is runner]
+                if not mine:
+                    # Removed under the lock: a run registered after this starts a new one.
+                    del self._watchers[id(runner)]
+                    return
+            stopping = runner.cancel.is_set()
+            for run in mine:
+                if run.cancel.is_set():
+                    continue
+                if stopping:
                     run.cancel.set()
-        (tick if stopping else runner.cancel).wait(POLL)
+                    continue
+                stamp = file_stamp(run.toml)
+                if stamp != run.stamp:
+                    run.stamp = stamp
+                    if status_of(run.toml) == "killed":
+                        log.info("%s was killed: cancelling its run", run.conv_id)
+                        run.cancel.set()
+            (tick if stopping else runner.cancel).wait(POLL)
 
 
 def count_running(local_dir: Path) -> int:

@@ -25,7 +25,6 @@ from typing import Any
 
 from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, JpfsError, RepositoryFault
-from jpfs.infra.providers.base import Provider
 from jpfs.services.daemon.actions import DaemonRunner
 from jpfs.services.run import handoff, query
 
@@ -138,7 +137,7 @@ class QueryServer:
         ws: Workspace,
         *,
         cfg: Sequence[str],
-        providers: dict[str, Provider],
+        runner: Callable[..., DaemonRunner],
         stopping: threading.Event,
         on_error: Callable[[str], None],
         idle: Callable[[], bool] = lambda: True,
@@ -146,7 +145,7 @@ class QueryServer:
         self.ws = ws
         self.cfg = list(cfg)
         self.env = handoff.env_digest(os.environ)
-        self.providers = providers
+        self.runner = runner  # the daemon's runner factory
         self.stopping = stopping
         self.on_error = on_error
         self.idle = idle  # the daemon has caught up: time to load the model's SDK
@@ -292,11 +291,8 @@ class QueryServer:
             conn.send({"type": "start", "conversation": target})
             watcher.start()
             log.info("%s: query handed over by the CLI", target)
-            return DaemonRunner(
-                self.ws,
+            return self.runner(
                 cancel=conn.cancel,
-                stopping=self.stopping,
-                providers=self.providers,
                 lock_wait=float(self.ws.config["query.lock_wait"]),
                 progress=lambda text: conn.send({"type": "note", "text": text}),
             )

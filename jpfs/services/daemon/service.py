@@ -16,6 +16,7 @@ own sets the events that loop checks (:mod:`jpfs.services.daemon.process`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import logging.handlers
 import os
@@ -44,6 +45,7 @@ from jpfs.services.daemon.pool import Job, Pool
 from jpfs.services.daemon.reconciler import Reconciler
 from jpfs.services.daemon.shared import SharedRecord
 from jpfs.services.daemon.watcher import watch
+from jpfs.services.run.app import App, default
 from jpfs.services.workspace import policy
 
 log = logging.getLogger("jpfs.services.daemon")
@@ -59,8 +61,10 @@ FAULT_RETRY_MAX = 60.0
 
 
 class Daemon:
-    def __init__(self, ws: Workspace, cfg: Sequence[str] = ()) -> None:
+    def __init__(self, ws: Workspace, cfg: Sequence[str] = (), app: App | None = None) -> None:
         self.ws = ws
+        # Its runs' background starts (a jp_query's fork, mail) queue in its pool.
+        self.app = dataclasses.replace(app or default(), starter=self.start_in_pool)
         self.cfg = tuple(cfg)  # the --cfg layers it was started with, kept on a reload
         self.errors = LastError()
         self.config_watch = ConfigWatch(ws, self.cfg, self.errors.record)
@@ -128,16 +132,17 @@ class Daemon:
         policy.keep_all(self.ws)  # a checkout right after start finds copies to stand in
         if self.ws.config["sync.remote"]:
             self.shared = SharedRecord(
-                self.ws, self.pool, look_again_in=self.look_again_in, fail=self.fail
+                self.ws,
+                self.pool,
+                self.app.claims,
+                look_again_in=self.look_again_in,
+                fail=self.fail,
             )
             self.reconciler.shared = True
-        from jpfs.services.run import background
-
-        background.set_starter(self.ws.root, self.start_in_pool)
 
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(
-            self.ws, cfg=self.cfg, providers=self.providers, stopping=self.stop,
+            self.ws, cfg=self.cfg, runner=self.runner, stopping=self.stop,
             on_error=self.errors.record, idle=lambda: not self.catching_up,
         )  # fmt: skip
         self.queries.start()
@@ -178,6 +183,8 @@ class Daemon:
         log.info("caught up with the record in %.2f s", time.monotonic() - started)
 
     def start_in_pool(self, ws: Workspace, conv_id: str) -> bool:
+        if self.stop.is_set():
+            return False  # stopping: the caller's own (stopping) runner has it
         self.pool.submit(conv_id)
         return True  # queued, running, or left for the next start's scan
 
@@ -203,9 +210,6 @@ class Daemon:
 
     def shutdown(self) -> None:
         self.stop.set()
-        from jpfs.services.run import background
-
-        background.set_starter(self.ws.root, None)
         running, _ = self.pool.snapshot()
         if running:
             log.info("stopping: letting %d run(s) finish their current step", len(running))
@@ -227,14 +231,13 @@ class Daemon:
         self.ws.committer.close()
 
     # -- runs (pool threads) --------------------------------------------------------------
+    def runner(self, **options: Any) -> DaemonRunner:
+        """The daemon's one runner factory (its pool's runs, the queries handed to it)."""
+        options.setdefault("stopping", self.stop)
+        return DaemonRunner(self.ws, app=self.app, providers=self.providers, **options)
+
     def run_job(self, job: Job) -> None:
-        runner = DaemonRunner(
-            self.ws,
-            cancel=job.cancel,
-            stopping=job.stopping,
-            providers=self.providers,
-            lock_wait=CHILD_LOCK_WAIT,
-        )
+        runner = self.runner(cancel=job.cancel, stopping=job.stopping, lock_wait=CHILD_LOCK_WAIT)
         job.info["runner"] = runner
         conv = Conversation(self.ws.conv_root, job.conv_id)
         try:
@@ -383,11 +386,12 @@ class Daemon:
 # -- logging -------------------------------------------------------------------------------------
 
 
-def serve(ws: Workspace, *, stderr: bool, cfg: Sequence[str] = ()) -> int:
-    """``jpfs daemon run``: the foreground daemon, signals handled."""
+def serve(app: App, ws: Workspace, *, stderr: bool, cfg: Sequence[str] = ()) -> int:
+    """``jpfs daemon run``: the foreground daemon, signals handled, running with
+    ``app`` (built by the daemon process's entry point: the tools)."""
     process.limit_malloc_arenas()  # before the daemon's threads start
     process.setup_logging(ws, stderr=stderr)
-    daemon = Daemon(ws, cfg)
+    daemon = Daemon(ws, cfg, app)
     signals = process.Signals(daemon.stop, daemon.force, daemon.reconciler.request_scan)
     signals.install()
     try:

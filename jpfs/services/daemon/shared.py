@@ -24,7 +24,7 @@ from jpfs.infra import gitremote
 from jpfs.services.daemon import actions
 from jpfs.services.daemon.actions import Need, Verdict
 from jpfs.services.daemon.pool import Pool
-from jpfs.services.sync.claims import adopt_engine
+from jpfs.services.sync.claims import Claims
 from jpfs.services.sync.engine import SyncEngine
 
 log = logging.getLogger("jpfs.services.daemon")
@@ -35,6 +35,7 @@ class SharedRecord:
         self,
         ws: Workspace,
         pool: Pool,
+        claims: Claims,
         *,
         look_again_in: Callable[[str, float], None],
         fail: Callable[[Conversation, str], None],
@@ -45,7 +46,8 @@ class SharedRecord:
         self.fail = fail
         self.engine = SyncEngine(ws, on_lost=self._lost)
         # jpfs query handed to this daemon and its runs' jp_query claim through it too.
-        adopt_engine(self.engine, ws)
+        self.claims = claims
+        claims.adopt(self.engine, ws)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -62,7 +64,7 @@ class SharedRecord:
         self._thread.start()
 
     def stop(self) -> None:
-        adopt_engine(None, self.ws)
+        self.claims.adopt(None, self.ws)
         self._stop.set()
         self.engine.wake.set()
         if self._thread is not None:

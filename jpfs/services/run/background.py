@@ -5,8 +5,8 @@ runner, so stopping that runner, e.g. a daemon stop, stops it too), or a detache
 ``python`` process (the CLI, which must return at once; its output goes to
 ``.jpfs/local/background.log``). A daemon running the same workspace may pick the
 conversation up first: the per-conversation lock makes the loser give up quietly.
-A daemon that wants such starts queued under its own ``max_agents`` registers a
-starter with :func:`set_starter`.
+A daemon that wants such starts queued under its own ``max_agents`` gives its runners
+an App with a starter (:attr:`jpfs.services.run.app.App.starter`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ import logging
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jpfs.core import locks
 from jpfs.core.conversation import Conversation
 from jpfs.errors import Cancelled, JpfsError, LockError
+from jpfs.services.run.app import default
 
 if TYPE_CHECKING:
     from jpfs.core.state import State
@@ -34,26 +33,13 @@ log = logging.getLogger("jpfs.services.run.background")
 # another runner that is just releasing it (it delivers pending mail before it does).
 START_LOCK_WAIT = 5.0
 
-Starter = Callable[["Workspace", str], bool]
-_starters: dict[str, Starter] = {}
-
-
-def set_starter(root: Path, starter: Starter | None) -> None:
-    """Route background starts of workspace ``root`` to ``starter`` (e.g. a daemon queue).
-
-    ``starter(ws, conv_id)`` returns True when it took the conversation.
-    """
-    if starter is None:
-        _starters.pop(str(root), None)
-    else:
-        _starters[str(root)] = starter
-
 
 def start(
     ws: Workspace, conv_id: str, *, runner: Runner | None = None, detached: bool = False
 ) -> None:
-    """Run ``conv_id`` in the background until its caller must act."""
-    starter = _starters.get(str(ws.root))
+    """Run ``conv_id`` in the background until its caller must act (by ``runner``'s
+    App's starter, if it has one and takes it)."""
+    starter = (runner.app if runner is not None else default()).starter
     if starter is not None and starter(ws, conv_id):
         return
     if detached:
@@ -91,11 +77,8 @@ def run_background(
 def spawn(ws: Workspace, conv_id: str) -> None:
     """Run ``conv_id`` in a detached process that outlives the caller (the CLI)."""
     logfile = ws.ensure_local() / "background.log"
-    # An entry point like the CLI: it installs the tools before it runs anything.
-    code = (
-        "import sys; import jpfs.tools.registry; from jpfs.services.run import background;"
-        " sys.exit(background.main(sys.argv[1:]))"
-    )
+    # The child is an entry point of its own: the library API builds its App.
+    code = "import sys; from jpfs import api; sys.exit(api.run_detached(sys.argv[1:]))"
     with logfile.open("ab") as out:
         subprocess.Popen(
             [sys.executable, "-c", code, str(ws.root), conv_id],
@@ -105,14 +88,3 @@ def spawn(ws: Workspace, conv_id: str) -> None:
             stderr=out,
             start_new_session=True,
         )
-
-
-def main(argv: Sequence[str]) -> int:
-    """Entry point of a detached run: ``ROOT CONV_ID``."""
-    from jpfs.core.workspace import open_workspace
-    from jpfs.services.run.runtime import Runner
-
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [{argv[1]}] %(message)s")
-    ws = open_workspace(Path(argv[0]), search=False)
-    state = run_background(Runner(ws, progress=log.info), argv[1])
-    return 0 if state is not None else 1

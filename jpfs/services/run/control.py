@@ -29,6 +29,7 @@ from jpfs.errors import LimitError, ScopeError, StateError
 from jpfs.services.conversations import budgets, inputs, mail, runs
 from jpfs.services.conversations.lifecycle import head_commit
 from jpfs.services.run import background
+from jpfs.services.run.app import App, default
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
@@ -230,8 +231,16 @@ def retry(
 # -- kill --------------------------------------------------------------------------------
 
 
-def kill(ws: Workspace, conv_id: str, *, by: str | None = None, cascade: bool = False) -> list[str]:
-    """Mark ``conv_id`` (and with ``cascade`` its descendants) killed and stop their runs.
+def kill(
+    ws: Workspace,
+    conv_id: str,
+    *,
+    by: str | None = None,
+    cascade: bool = False,
+    app: App | None = None,
+) -> list[str]:
+    """Mark ``conv_id`` (and with ``cascade`` its descendants) killed and stop their runs
+    (those of ``app``, this process's, at once; the others notice the file).
 
     The status is committed before the run is cancelled, so the record shows the
     kill even when the run is mid-step. Returns the ids newly killed.
@@ -252,6 +261,6 @@ def kill(ws: Workspace, conv_id: str, *, by: str | None = None, cascade: bool = 
             agent=conv.meta().get("agent"),
             note=f"by {by or 'human'}",
         )
-        runs.cancel(ws.root, cid)
+        (app or default()).runs.cancel(ws.root, cid)
         killed.append(cid)
     return killed

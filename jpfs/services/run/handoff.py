@@ -221,3 +221,19 @@ def _receive(
     raise JpfsError(
         f"the daemon stopped during the run of {conversation} (see `jpfs daemon status`)"
     )
+
+
+def hand_or_run(
+    local_dir: Path,
+    request: Ask,
+    cfg: Sequence[str],
+    here: Callable[[], Outcome],
+    *,
+    on_text: Callable[[str | None], None] | None = None,
+    on_note: Callable[[str, str], None] | None = None,
+) -> Outcome:
+    """The one policy for a query: the workspace's daemon runs it when one takes it
+    (it has the model's SDK loaded; the caller then imports none of it), else
+    ``here()`` does (``jpfs.services.run.query.ask`` with the caller's runners)."""
+    handed = ask(local_dir, request, cfg, on_text=on_text, on_note=on_note)
+    return handed if handed is not None else here()

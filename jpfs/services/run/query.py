@@ -27,7 +27,6 @@ from jpfs.services.conversations import budgets, inputs, lifecycle, onboarding
 from jpfs.services.run.handoff import Ask
 from jpfs.services.run.handoff import Outcome as Outcome  # its home: the client needs it light
 from jpfs.services.run.runtime import Runner
-from jpfs.services.sync import claims
 
 if TYPE_CHECKING:
     from jpfs.infra.committer import Identity
@@ -110,7 +109,7 @@ def query(
             wait = SETTLE_WAIT
     with (
         locks.conversation_lock(ws.local_dir, target, wait=wait),
-        claims.claimed(ws, target),
+        runner.app.claims.claimed(ws, target),
     ):
         if conv_id is None:
             conv = lifecycle.new_conversation(

@@ -27,7 +27,7 @@ from jpfs.core import frontmatter, locks, messages, profiles, record, tree, usag
 from jpfs.core.conversation import ANSWERS, EVENTS, RESULT, TASK, Conversation, Event, now
 from jpfs.core.record import agent_identity
 from jpfs.core.state import State
-from jpfs.core.tool import Tool, Toolbox, ToolContext, call_tool, installed_toolbox
+from jpfs.core.tool import Tool, ToolContext, call_tool
 from jpfs.core.workspace import Workspace
 from jpfs.errors import (
     Cancelled,
@@ -41,7 +41,7 @@ from jpfs.errors import (
 )
 from jpfs.infra.providers.base import Provider, Reply, Request
 from jpfs.services.conversations import budgets, inputs, lifecycle, onboarding, reports, runs
-from jpfs.services.sync import claims
+from jpfs.services.run.app import App, default
 from jpfs.services.workspace import policy
 
 log = logging.getLogger("jpfs.services.run.runtime")
@@ -85,7 +85,8 @@ class Runner:
     # conversation id -> where its work turns' text goes as it arrives (``jpfs query``
     # showing the answer live); None marks the start of a turn.
     streams: dict[str, Callable[[str | None], None]] = field(default_factory=dict)
-    toolbox: Toolbox | None = None  # default: installed_toolbox() (jpfs.core.tool)
+    # The process's tools, runs, sync engines (jpfs.services.run.app).
+    app: App = field(default_factory=default)
     _append_lock: threading.Lock = field(default_factory=threading.Lock)
     # conversation id -> newest event committed by its current run (see commit()).
     _committed_events: dict[str, int] = field(default_factory=dict)
@@ -128,7 +129,7 @@ class Runner:
         return self.limits.call(
             conv,
             request.model,
-            runs.cancel_event(self, conv),
+            self.app.runs.cancel_event(self, conv),
             lambda cancel: provider.complete(request, cancel),
         )
 
@@ -240,8 +241,10 @@ class Runner:
     def run_locked(self, conv: Conversation) -> State:
         # A registered run: kill cancels it, and caller mail is delivered (jpfs.services.conversations.runs).
         # With peers sharing the record, claimed on the remote first (re-entrant).
-        with claims.claimed(self.ws, conv.id), conv.exclusive(), self.limits.running(conv):
-            return runs.supervise(self, conv, self.drive, lambda c: inputs.deliver(self.ws, c))
+        with self.app.claims.claimed(self.ws, conv.id), conv.exclusive(), self.limits.running(conv):
+            return self.app.runs.supervise(
+                self, conv, self.drive, lambda c: inputs.deliver(self.ws, c)
+            )
 
     def drive(self, conv: Conversation) -> State:
         turns = 0
@@ -339,13 +342,9 @@ class Runner:
 
     # -- tools ------------------------------------------------------------------------
     def tools_for(self, conv: Conversation) -> dict[str, Tool]:
-        toolbox = self.toolbox or installed_toolbox()
-        if toolbox is None:
-            raise RuntimeError(
-                "no toolbox: import jpfs.tools.registry first (the CLI, the MCP server, the"
-                " daemon and the library do)"
-            )
-        return toolbox(conv.config, self.ws.agents_dir)
+        if self.app.toolbox is None:
+            raise RuntimeError("no toolbox: this runner's App was built without one")
+        return self.app.toolbox(conv.config, self.ws.agents_dir)
 
     def tool_context(self, conv: Conversation) -> ToolContext:
         config = conv.config
@@ -354,8 +353,10 @@ class Runner:
             conversation=conv.id,
             files_root=self.files_root(conv),
             writable=tuple(config.get("tools", {}).get("write", [])),
-            cancel=runs.cancel_event(self, conv),
-            services={"runner": self, "ws": self.ws, "config": config},
+            cancel=self.app.runs.cancel_event(self, conv),
+            workspace=self.ws,
+            config=config,
+            runner=self,
         )
 
     def files_root(self, conv: Conversation) -> Any:
@@ -378,7 +379,7 @@ class Runner:
 
         def one(call: dict[str, Any]) -> None:
             self.note(f"[{conv.id}] tool {call['name']}")
-            call_ctx = dataclasses.replace(ctx, services={**ctx.services, "call_id": call["id"]})
+            call_ctx = dataclasses.replace(ctx, call_id=call["id"])
             text, is_error = self.call_tool(tools, call_ctx, call)
             meta = {"tool_call_id": call["id"], "tool_name": call["name"], "is_error": is_error}
             with self._append_lock:

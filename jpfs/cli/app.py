@@ -1,0 +1,30 @@
+"""The CLI's composition root: the one App of a ``jpfs`` process, and its runners.
+
+Every command that runs conversations (``query``, ``answer``, ``onboard``, ``daemon
+run``, ``mcp``) takes its runners from :func:`runner` and its App from :func:`app`;
+the App is built on first use, so a command that runs nothing imports no tool.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jpfs.core.workspace import Workspace
+    from jpfs.services.run.app import App
+    from jpfs.services.run.runtime import Runner
+
+
+@functools.cache
+def app() -> App:
+    from jpfs.services.run.app import App
+    from jpfs.tools.registry import build_tools
+
+    return App(build_tools)
+
+
+def runner(ws: Workspace, **options: Any) -> Runner:
+    from jpfs.services.run.runtime import Runner
+
+    return Runner(ws, app=app(), **options)
