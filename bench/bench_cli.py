@@ -16,7 +16,7 @@ commands on the full tree take seconds each, so they run --repeat-tree times):
   pattern with a few hundred matches and one with none (target: within 1.2x); plus
   the ``git grep`` jpfs actually runs (same flags; and with ``--untracked``, for
   reference), ``jpfs.services.views.search.grep`` in process, the scan for files not
-  committed (``jpfs.infra.untracked``, its cache warm, against the ``git ls-files -o``
+  committed (``jpfs.infra.git.untracked``, its cache warm, against the ``git ls-files -o``
   it replaced) and the CLI with that cache deleted before each run (cold);
 * the CLI right after git run by hand rewrote the index (the cache keeps its
   directories' stamps, not what it knew of untracked files);
@@ -157,7 +157,7 @@ def bench_ls(ws: Path, conversations: int, repeat: int, startup: float) -> dict[
 
 def bench_grep(ws: Path, repeat: int, expected: int, files: int) -> dict[str, Any]:
     from jpfs.core.workspace import open_workspace
-    from jpfs.infra import untracked as scan
+    from jpfs.infra.git import untracked as scan
     from jpfs.services.views import search
 
     workspace = open_workspace(ws, search=False)
@@ -293,8 +293,8 @@ def bench_scan_changes(ws: Path, repeat: int) -> dict[str, Any]:
     import time
 
     from jpfs.core.workspace import open_workspace
-    from jpfs.infra import untracked as scan
     from jpfs.infra.committer import Change
+    from jpfs.infra.git import untracked as scan
 
     workspace = open_workspace(ws, search=False)
     record, local = workspace.conv_root, workspace.local_dir

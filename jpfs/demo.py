@@ -20,9 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-
-def sh(args: list[str], cwd: Path, *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=cwd, text=True, capture_output=True, check=check)
+from jpfs.infra import git
 
 
 def jpfs(cwd: Path, *args: str, show: bool = True) -> subprocess.CompletedProcess[str]:
@@ -49,7 +47,10 @@ def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 60.0) ->
 
 
 def save(path: Path, text: str) -> None:
-    """Write like an editor does: a temporary file, then a rename."""
+    """Write like an editor does: a temporary file, then a rename.
+
+    Not :mod:`jpfs.infra.atomic`: the demo plays a person at an editor, so the daemon
+    must see an editor's swap file, not jpfs's own temporary names (which it skips)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.swp~")
     tmp.write_text(text, encoding="utf-8")
@@ -60,18 +61,18 @@ def save(path: Path, text: str) -> None:
 def make_repo(root: Path) -> Path:
     repo = root / "project"
     repo.mkdir()
-    sh(["git", "init", "-q", "-b", "main"], repo)
+    git.run(repo, ["init", "-q", "-b", "main"])
     if not (
         os.environ.get("GIT_AUTHOR_NAME")
-        or sh(["git", "config", "user.name"], repo, check=False).stdout
+        or git.run(repo, ["config", "user.name"], check=False).stdout
     ):
-        sh(["git", "config", "user.name", "Demo User"], repo)
-        sh(["git", "config", "user.email", "demo@example.invalid"], repo)
+        git.run(repo, ["config", "user.name", "Demo User"])
+        git.run(repo, ["config", "user.email", "demo@example.invalid"])
     (repo / "README.md").write_text("# Tiny shop\nA web shop in one file.\n", encoding="utf-8")
     (repo / "src").mkdir()
     (repo / "src" / "app.py").write_text("def checkout(cart):\n    return sum(cart)\n", "utf-8")
-    sh(["git", "add", "-A"], repo)
-    sh(["git", "commit", "-q", "-m", "A tiny project"], repo)
+    git.run(repo, ["add", "-A"])
+    git.run(repo, ["commit", "-q", "-m", "A tiny project"])
     return repo
 
 
@@ -111,11 +112,11 @@ def show(repo: Path, keep: bool) -> int:
         jpfs(repo, "daemon", "stop")
     record = repo / "conversations"
     print("\n$ git -C conversations log --format='%h %an: %s' -6   # the record, jpfs-record")
-    print(sh(["git", "log", "--format=%h %an: %s", "-6"], record).stdout.rstrip())
+    print(git.run(record, ["log", "--format=%h %an: %s", "-6"]).stdout.rstrip())
     print("\n$ git log --format='%h %an: %s'   # your branch: untouched by jpfs")
-    print(sh(["git", "log", "--format=%h %an: %s"], repo).stdout.rstrip())
+    print(git.run(repo, ["log", "--format=%h %an: %s"]).stdout.rstrip())
     print("\n$ git status --short   # jpfs's project files, for you to commit")
-    print(sh(["git", "status", "--short"], repo).stdout.rstrip())
+    print(git.run(repo, ["status", "--short"]).stdout.rstrip())
     print(f"\nEverything above is plain files and commits in {repo}.")
     if not keep:
         print("(removed now; `make demo KEEP=1` keeps it to look around in)")

@@ -2,9 +2,10 @@
 
 Every error a user can cause or fix derives from :class:`JpfsError`; the CLI's
 error handler turns it into a one-line message and exit status 1. Anything else that
-escapes is a bug (exit 3, traceback logged). Foreign errors (GitPython, pygit2,
+escapes is a bug (exit 3, traceback logged). Foreign errors (the git program, pygit2,
 tomlkit, anthropic, OS) are translated once, where they happen, with
-``raise ... from exc`` so the cause stays in the traceback log.
+``raise ... from exc`` so the cause stays in the traceback log (git's exit statuses
+in :mod:`jpfs.infra.git.runner`).
 
     JpfsError
     ├── WorkspaceError        no workspace, not a git repo, bad layout

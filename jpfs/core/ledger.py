@@ -10,7 +10,7 @@ for a budget over 10,000 conversations, bench/RESULTS.md). :class:`Book` keeps i
   spending changes (the conversation and its ancestors: a few additions);
 - the record's tip it has caught up with. Every call's usage is committed with it (an
   event, or ``usage.toml`` with its onboarding step), so when the tip moves the paths
-  the commits in between touched (:class:`jpfs.infra.treediff.Changes`) name exactly
+  the commits in between touched (:class:`jpfs.infra.git.treediff.Changes`) name exactly
   the conversations to read again, whoever made them: this process, another one, a
   peer whose record was merged.
 
@@ -38,7 +38,7 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.usage import LEDGER, Spend, event_call, inherited, ledger_calls
 from jpfs.errors import FormatError
 from jpfs.infra import textfile
-from jpfs.infra.treediff import Changes
+from jpfs.infra.git.treediff import Changes
 
 VERSION = 1
 SAVE_EVERY = 2.0  # seconds: the cache is written at most this often by a busy process

@@ -34,8 +34,9 @@ import time
 from pathlib import Path
 
 from jpfs.errors import GitError, WorkspaceError
-from jpfs.infra import gitcli
-from jpfs.infra.gitdirs import common_dir, git_dir
+from jpfs.infra import git
+from jpfs.infra.git import identity
+from jpfs.infra.git.dirs import common_dir, git_dir
 
 DEFAULT_BRANCH = "jpfs-record"
 _BRANCH_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
@@ -64,12 +65,6 @@ WORKTREE_SETTINGS = (
     ("core.sparseCheckoutCone", "false"),
     ("index.sparse", "false"),
 )
-_FALLBACK_IDENTITY = {
-    "GIT_AUTHOR_NAME": "jpfs",
-    "GIT_AUTHOR_EMAIL": "jpfs@localhost",
-    "GIT_COMMITTER_NAME": "jpfs",
-    "GIT_COMMITTER_EMAIL": "jpfs@localhost",
-}
 
 
 def _head_is(gitdir: Path, branch: str) -> bool:
@@ -144,7 +139,7 @@ def _attach(root: Path, rel: str, branch: str, local_dir: Path, commondir: Path)
     _refuse_sha256(root)
     if (path / ".git").is_file():
         # A moved repository: both links of the worktree point at the old place.
-        gitcli.run(root, ["worktree", "repair", str(path)], check=False)
+        git.run(root, ["worktree", "repair", str(path)], check=False)
         if is_record(path, branch):
             return path
     elsewhere = checked_out_at(commondir, branch)
@@ -152,15 +147,15 @@ def _attach(root: Path, rel: str, branch: str, local_dir: Path, commondir: Path)
         return elsewhere
     _refuse_old_layout(root, rel)
     # Registrations whose directory is gone (a deleted conversations/) block `add`.
-    gitcli.run(root, ["worktree", "prune"], check=False)
+    git.run(root, ["worktree", "prune"], check=False)
     _ensure_branch(root, branch)
     _enable_worktree_config(root, commondir)
     aside = _move_aside(path, local_dir)
     try:
-        gitcli.run(root, ["worktree", "add", "--no-checkout", "-q", str(path), branch])
+        git.run(root, ["worktree", "add", "--no-checkout", "-q", str(path), branch])
         for key, value in WORKTREE_SETTINGS:
-            gitcli.run(path, ["config", "--worktree", key, value])
-        gitcli.run(path, ["read-tree", "-u", "--reset", "HEAD"])
+            git.run(path, ["config", "--worktree", key, value])
+        git.run(path, ["read-tree", "-u", "--reset", "HEAD"])
     finally:
         if aside is not None:
             _move_back(aside, path)
@@ -183,7 +178,7 @@ def check_branch(branch: str) -> None:
 
 
 def _refuse_sha256(root: Path) -> None:
-    fmt = gitcli.run(root, ["rev-parse", "--show-object-format"], check=False).stdout.strip()
+    fmt = git.run(root, ["rev-parse", "--show-object-format"], check=False).stdout.strip()
     if fmt and fmt != "sha1":
         raise WorkspaceError(
             f"{root} is a {fmt.upper()} repository; jpfs supports SHA-1 repositories only"
@@ -193,7 +188,7 @@ def _refuse_sha256(root: Path) -> None:
 
 def _refuse_old_layout(root: Path, rel: str) -> None:
     # The index, not HEAD: after `jpfs migrate` the removal is staged, not yet committed.
-    proc = gitcli.run(root, ["ls-files", "--cached", "-z", "--", rel], check=False)
+    proc = git.run(root, ["ls-files", "--cached", "-z", "--", rel], check=False)
     if proc.returncode == 0 and proc.stdout.strip("\0"):
         raise WorkspaceError(
             f"{rel}/ is tracked on your branch (the layout of jpfs before the record branch);"
@@ -204,14 +199,14 @@ def _refuse_old_layout(root: Path, rel: str) -> None:
 
 def _ensure_branch(root: Path, branch: str) -> None:
     ref = f"refs/heads/{branch}"
-    if gitcli.run(root, ["rev-parse", "--verify", "-q", ref], check=False).returncode == 0:
+    if git.run(root, ["rev-parse", "--verify", "-q", ref], check=False).returncode == 0:
         return
-    remote = gitcli.run(
+    remote = git.run(
         root, ["for-each-ref", "--format=%(refname)", f"refs/remotes/*/{branch}"], check=False
     ).stdout.split()
     if remote:
         # A fresh clone: re-attach the record the remote holds.
-        gitcli.run(root, ["branch", "-q", branch, remote[0]])
+        git.run(root, ["branch", "-q", branch, remote[0]])
         return
     readme = _run_id(root, ["hash-object", "-w", "--stdin"], README)
     ignore = _run_id(root, ["hash-object", "-w", "--stdin"], IGNORE)
@@ -221,20 +216,20 @@ def _ensure_branch(root: Path, branch: str) -> None:
     message = "jpfs: start the record\n\nJpfs-Event: init\n"
     commit = _run_id(root, ["commit-tree", tree], message, identity=True)
     # The empty old value makes this a create: a concurrent init keeps its own root.
-    gitcli.run(root, ["update-ref", "-m", "jpfs: start the record", ref, commit, ""], check=False)
+    git.run(root, ["update-ref", "-m", "jpfs: start the record", ref, commit, ""], check=False)
 
 
 def identity_env(root: Path) -> dict[str, str] | None:
     """The environment for a git command that writes a commit of jpfs's own: None when
     git knows who the user is, else one with jpfs's fallback identity."""
-    if gitcli.run(root, ["var", "GIT_COMMITTER_IDENT"], check=False).returncode == 0:
+    if git.run(root, ["var", "GIT_COMMITTER_IDENT"], check=False).returncode == 0:
         return None
-    return {**os.environ, **_FALLBACK_IDENTITY}
+    return {**os.environ, **identity.FALLBACK_ENV}
 
 
 def _run_id(root: Path, args: list[str], stdin: str, *, identity: bool = False) -> str:
     env = identity_env(root) if identity else None
-    out = gitcli.run(root, args, input=stdin, env=env).stdout.strip()
+    out = git.run(root, args, input=stdin, env=env).stdout.strip()
     if not out:
         raise GitError(f"git {args[0]} printed no object id")
     return out
@@ -242,7 +237,7 @@ def _run_id(root: Path, args: list[str], stdin: str, *, identity: bool = False) 
 
 def _enable_worktree_config(root: Path, commondir: Path) -> None:
     """Turn on per-worktree config the way git's own ``init_worktree_config`` does."""
-    enabled = gitcli.run(root, ["config", "--bool", "extensions.worktreeConfig"], check=False)
+    enabled = git.run(root, ["config", "--bool", "extensions.worktreeConfig"], check=False)
     if enabled.stdout.strip() == "true":
         return
     common = str(commondir / "config")
@@ -250,15 +245,15 @@ def _enable_worktree_config(root: Path, commondir: Path) -> None:
     # With the extension on, core.bare and core.worktree of the shared config would
     # apply to every worktree: git moves them to the main worktree's own file.
     for key in ("core.bare", "core.worktree"):
-        value = gitcli.run(root, ["config", "--file", common, key], check=False).stdout.strip()
+        value = git.run(root, ["config", "--file", common, key], check=False).stdout.strip()
         if value:
-            gitcli.run(root, ["config", "--file", main, key, value])
-            gitcli.run(root, ["config", "--file", common, "--unset", key], check=False)
-    version = gitcli.run(root, ["config", "--file", common, "core.repositoryformatversion"],
+            git.run(root, ["config", "--file", main, key, value])
+            git.run(root, ["config", "--file", common, "--unset", key], check=False)
+    version = git.run(root, ["config", "--file", common, "core.repositoryformatversion"],
                          check=False).stdout.strip()  # fmt: skip
     if version in ("", "0"):
-        gitcli.run(root, ["config", "--file", common, "core.repositoryformatversion", "1"])
-    gitcli.run(root, ["config", "--file", common, "extensions.worktreeConfig", "true"])
+        git.run(root, ["config", "--file", common, "core.repositoryformatversion", "1"])
+    git.run(root, ["config", "--file", common, "extensions.worktreeConfig", "true"])
 
 
 def _move_aside(path: Path, local_dir: Path) -> Path | None:

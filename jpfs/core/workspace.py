@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from jpfs.core import config as config_mod
 from jpfs.errors import ConfigError, ScopeError, WorkspaceError
+from jpfs.infra import git
 
 if TYPE_CHECKING:
     from jpfs.core.ledger import Book
@@ -231,13 +231,7 @@ def ignore_local(local_dir: Path) -> None:
 
 
 def git_toplevel(path: Path) -> Path | None:
-    proc = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"],
-        cwd=path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = git.run(path, ["rev-parse", "--show-toplevel"], check=False)
     if proc.returncode != 0:
         return None
     return Path(proc.stdout.strip())

@@ -1,6 +1,6 @@
 """Whether every write of a work tree's index since some moment was the committer's.
 
-A cache of what git does not track (:mod:`jpfs.infra.untracked`) can outlive index
+A cache of what git does not track (:mod:`jpfs.infra.git.untracked`) can outlive index
 writes that only add the files committed, or drop those whose files are gone: that is
 all the committer does. Anyone else (git run by hand, ``read-tree`` in a record sync)
 may drop a path and leave its file, which no directory's stamp would show.

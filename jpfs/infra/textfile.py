@@ -1,5 +1,6 @@
 """Reading and writing text files: the one reader for everything jpfs takes from the
-record, and the one atomic writer for everything it writes (record and machine state).
+record, and the writes of everything it keeps (record and machine state), atomic
+through :mod:`jpfs.infra.atomic`.
 
 A conversation's files come from editors, agents and clones of other people's
 repositories, so a read must not trust them:
@@ -40,6 +41,7 @@ import threading
 from pathlib import Path
 
 from jpfs.errors import FormatError
+from jpfs.infra import atomic
 
 MAX_BYTES = 8 * 1024 * 1024
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -173,13 +175,10 @@ def write_atomic(
     if parents:
         path.parent.mkdir(parents=True, exist_ok=True)
     check_within(path.parent, root)
-    tmp = temporary_path(path, tmp_dir)
-    write_temporary(tmp, text)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    # The name is this thread's alone: one left by a dead process of the same pid is
+    # overwritten, not an error.
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    atomic.replace(path, data, temporary_path(path, tmp_dir), exclusive=False)
 
 
 def create_new(

@@ -21,7 +21,8 @@ from typing import Any
 from jpfs.core import secrets
 from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.errors import ScopeError, ToolError
-from jpfs.infra import gitignore, safefs, safescan
+from jpfs.infra import safefs, safescan
+from jpfs.infra.git import ignore
 
 READ_CAP_BYTES = 2_000_000
 READ_DEFAULT_LINES = 2000
@@ -114,11 +115,11 @@ def secret_reason(ctx: ToolContext, rel: str, ignored: Callable[[str], bool]) ->
 
 def secret_hider(ctx: ToolContext) -> safescan.Hide:
     """The listing's and grep's view of :func:`secret_reason`: such paths are skipped."""
-    found: list[gitignore.Ignored] = []
+    found: list[ignore.Ignored] = []
 
     def ignored(rel: str) -> bool:
         if not found:
-            found.append(gitignore.ignored(ctx.files_root))
+            found.append(ignore.ignored(ctx.files_root))
         return rel in found[0]
 
     return lambda rel: bool(secret_reason(ctx, rel, ignored))
@@ -136,7 +137,7 @@ def check_visible(ctx: ToolContext, path: str) -> str:
 def check_readable(ctx: ToolContext, path: str) -> str:
     """:func:`check_visible`, and not a secret (:func:`secret_reason`)."""
     rel = check_visible(ctx, path)
-    why = secret_reason(ctx, rel, lambda r: gitignore.is_ignored(ctx.files_root, r))
+    why = secret_reason(ctx, rel, lambda r: ignore.is_ignored(ctx.files_root, r))
     if why:
         raise ScopeError(
             f"path {rel!r} {why}; agents do not read it, so that what it holds is never"

@@ -188,7 +188,7 @@ def test_bom_and_crlf_are_read_as_plain_text(daemon: Path, api_env: MessagesServ
 def test_grep_through_hostile_files_not_committed_finds_the_rest_and_leaks_nothing(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    """Files nobody committed yet are searched too (``jpfs.infra.untracked``): links,
+    """Files nobody committed yet are searched too (``jpfs.infra.git.untracked``): links,
     FIFOs and a damaged cache among them must neither hang, leak nor hide the rest."""
     root = ws / "conversations"
     secret = secret_file(tmp_path)

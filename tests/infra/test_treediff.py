@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jpfs.infra.treediff import Changes
+from jpfs.infra.git.treediff import Changes
 from tests.conftest import git
 
 NAMES = st.sampled_from(["a", "b", "c", "events", "x.md", "d-1"])

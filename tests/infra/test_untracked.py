@@ -1,4 +1,4 @@
-"""The untracked-file scan (:mod:`jpfs.infra.untracked`) against git's own answer.
+"""The untracked-file scan (:mod:`jpfs.infra.git.untracked`) against git's own answer.
 
 Every test compares with ``git ls-files --others --exclude-standard`` run on the same
 real repository, after the changes a user or the committer makes: the cache may only
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from jpfs.infra import fsclock, indexepoch, untracked
+from jpfs.infra import fsclock, indexepoch
 from jpfs.infra.committer import Change, Committer
+from jpfs.infra.git import untracked
 from tests.conftest import wait_until
 from tests.infra.test_committer import git, init_repo
 

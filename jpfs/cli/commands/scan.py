@@ -11,12 +11,12 @@ from jpfs.cli.options import Format
 def scan(fmt: Format = "text") -> None:
     """Report every recognised secret in the record's history (one line each: path,
     line, kind, commit) and how to rewrite it; exit 1 when there is any."""
-    from jpfs.infra import gitremote
+    from jpfs.infra.git import refs
     from jpfs.services.sync import leaks
 
     ws = state.ws()
     ws.ensure_record()
-    tip = gitremote.resolve(ws.root, f"refs/heads/{ws.record_branch}")
+    tip = refs.resolve(ws.root, f"refs/heads/{ws.record_branch}")
     found = leaks.find(ws.root, None, tip) if tip else []
     if fmt == "json":
         out_json(

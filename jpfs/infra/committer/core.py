@@ -48,11 +48,10 @@ from jpfs.infra.committer.splitindex import SplitPolicy
 from jpfs.infra.committer.trees import TreeCache, TreeView
 from jpfs.infra.committer.userindex import UserIndex
 from jpfs.infra.committer.worktree import Blob, Dir, Worktree, check_path, refuse_links
-from jpfs.infra.gitdirs import common_dir
+from jpfs.infra.git.dirs import common_dir
+from jpfs.infra.git.identity import FALLBACK_EMAIL, FALLBACK_NAME
 from jpfs.infra.textfile import create_new
 
-_FALLBACK_NAME = "jpfs"
-_FALLBACK_EMAIL = "jpfs@localhost"
 _MAX_CAS_ATTEMPTS = 64
 _TIPS_MAX = 256
 _REPACK_EVERY = 25  # packfiles written between two geometric repacks
@@ -222,8 +221,8 @@ class Committer:
         if override is not None:
             name, email = override.name, override.email
         else:
-            name = os.environ.get(f"GIT_{kind}_NAME") or self._config_name or _FALLBACK_NAME
-            email = os.environ.get(f"GIT_{kind}_EMAIL") or self._config_email or _FALLBACK_EMAIL
+            name = os.environ.get(f"GIT_{kind}_NAME") or self._config_name or FALLBACK_NAME
+            email = os.environ.get(f"GIT_{kind}_EMAIL") or self._config_email or FALLBACK_EMAIL
         return pygit2.Signature(name, email, int(time.time()), _local_offset_minutes())
 
     # -- plumbing ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from jpfs.core.scope import resolve
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError, NotFoundError, ProfileError, StateError
-from jpfs.infra import gitcli
+from jpfs.infra import git
 from jpfs.services.forks import branches
 from jpfs.services.workspace import policy
 
@@ -53,7 +53,7 @@ def title_of(task: str | None) -> str:
 
 
 def head_commit(ws: Workspace) -> str | None:
-    proc = gitcli.run(ws.root, ["rev-parse", "--verify", "-q", "HEAD"], check=False)
+    proc = git.run(ws.root, ["rev-parse", "--verify", "-q", "HEAD"], check=False)
     return proc.stdout.strip() or None
 
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from jpfs.core import frontmatter, ids, record, scope, secrets
 from jpfs.core.conversation import INBOX, Conversation, now
 from jpfs.errors import ExistsError, FormatError, IdError, NotFoundError, ScopeError
-from jpfs.infra import gitcli, textfile
+from jpfs.infra import git, textfile
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
@@ -397,7 +397,7 @@ def pending_input(ws: Workspace, conv_id: str) -> list[Message]:
     if not unread:
         return []
     paths = [message_path(ws, conv_id, m.id).relative_to(ws.conv_root).as_posix() for m in unread]
-    listed = gitcli.run(ws.conv_root, ["ls-tree", "--name-only", "HEAD", "--", *paths], check=False)
+    listed = git.run(ws.conv_root, ["ls-tree", "--name-only", "HEAD", "--", *paths], check=False)
     committed = set(listed.stdout.splitlines()) if listed.returncode == 0 else set()
     return [m for m, path in zip(unread, paths, strict=True) if path in committed]
 

@@ -25,7 +25,7 @@ from jpfs.core.conversation import ANSWERS
 from jpfs.core.scope import TASK
 from jpfs.core.workspace import Workspace
 from jpfs.errors import GitError, IdError, JpfsError, RepositoryFault
-from jpfs.infra import gitcli
+from jpfs.infra import git
 from jpfs.infra.committer import Change
 
 log = logging.getLogger("jpfs.services.daemon")
@@ -310,11 +310,11 @@ def pending(ws: Workspace) -> list[str] | None:
     """
     where = ws.conv_root
     try:
-        changed = gitcli.run(
+        changed = git.run(
             where, ["--no-optional-locks", "diff", "HEAD", "--name-only", "--no-renames",
                     "-z", "--", "."],
         ).stdout  # fmt: skip
-        untracked = gitcli.run(
+        untracked = git.run(
             where, ["--no-optional-locks", "ls-files", "--others", "--exclude-standard",
                     "-z", "--", "."],
         ).stdout  # fmt: skip

@@ -20,7 +20,7 @@ from jpfs.core import record
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import Workspace
 from jpfs.errors import JpfsError
-from jpfs.infra import gitremote
+from jpfs.infra.git import refs
 from jpfs.services.daemon import actions
 from jpfs.services.daemon.actions import Need, Verdict
 from jpfs.services.daemon.pool import Pool
@@ -89,7 +89,7 @@ class SharedRecord:
         verdict = actions.needs(ws, conv)  # the files as the remote had them
         if verdict.need is Need.ADOPT:
             try:
-                base = gitremote.resolve(ws.root, f"refs/heads/{ws.record_branch}")
+                base = refs.resolve(ws.root, f"refs/heads/{ws.record_branch}")
                 agent = actions.adopt(ws, conv, base)
                 record.commit(ws, conv.id, "adopt")
                 log.info("%s: new conversation from task.md (agent %s)", conv.id, agent)

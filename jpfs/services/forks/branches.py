@@ -40,6 +40,8 @@ from jpfs.core import ids, record
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import WORKTREES_DIR, Workspace
 from jpfs.errors import GitError, ScopeError, StateError
+from jpfs.infra import git
+from jpfs.infra.git.identity import FALLBACK_EMAIL, FALLBACK_NAME
 
 if TYPE_CHECKING:
     from jpfs.infra.committer import Identity
@@ -78,48 +80,14 @@ def worktree_name(conv_id: str) -> str:
 # -- running git ---------------------------------------------------------------------
 
 
-def run_git(
-    cwd: Path, *args: str, ok: Sequence[int] = (0,), env: Mapping[str, str] | None = None
-) -> tuple[int, str, str]:
-    """``git args...`` in ``cwd`` (argv, never a shell); (status, stdout, stderr).
-
-    GitPython's errors and unexpected exit statuses become :class:`GitError` here, once.
-    """
-    import git  # GitPython: imported on first use, most commands never need it
-
-    try:
-        status, out, err = git.Git(str(cwd)).execute(
-            ["git", *args],
-            with_extended_output=True,
-            with_exceptions=False,
-            env=dict(env) if env else None,
-            strip_newline_in_stdout=False,
-        )
-    except (git.exc.GitError, OSError) as exc:
-        raise GitError(f"git {args[0]} failed to start: {exc}") from exc
-    if status not in ok:
-        lines = (str(err) or str(out)).strip().splitlines()
-        tail = lines[-1].removeprefix("fatal: ").removeprefix("error: ") if lines else ""
-        raise GitError(f"git {args[0]} failed in {cwd}: {tail or f'exit status {status}'}")
-    return int(status), str(out), str(err)
-
-
-def git_out(cwd: Path, *args: str) -> str:
-    return run_git(cwd, *args)[1].strip()
-
-
 def rev(cwd: Path, name: str) -> str | None:
-    status, out, _ = run_git(cwd, "rev-parse", "--verify", "-q", f"{name}^{{commit}}", ok=(0, 1))
-    return out.strip() if status == 0 else None
-
-
-def is_ancestor(cwd: Path, older: str, newer: str) -> bool:
-    return run_git(cwd, "merge-base", "--is-ancestor", older, newer, ok=(0, 1))[0] == 0
+    proc = git.run(cwd, ["rev-parse", "--verify", "-q", f"{name}^{{commit}}"], ok=(0, 1))
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 @functools.lru_cache(maxsize=16)
 def _has_committer(root: str) -> bool:
-    return run_git(Path(root), "var", "GIT_COMMITTER_IDENT", ok=(0, 128))[0] == 0
+    return git.run(Path(root), ["var", "GIT_COMMITTER_IDENT"], ok=(0, 128)).returncode == 0
 
 
 def identity_env(root: Path, author: Identity | None) -> dict[str, str]:
@@ -129,9 +97,9 @@ def identity_env(root: Path, author: Identity | None) -> dict[str, str]:
         env.update(GIT_AUTHOR_NAME=author.name, GIT_AUTHOR_EMAIL=author.email)
     if not _has_committer(str(root)):
         # Like jpfs.infra.committer: a repository without an identity still gets commits.
-        env.update(GIT_COMMITTER_NAME="jpfs", GIT_COMMITTER_EMAIL="jpfs@localhost")
-        env.setdefault("GIT_AUTHOR_NAME", "jpfs")
-        env.setdefault("GIT_AUTHOR_EMAIL", "jpfs@localhost")
+        env.update(GIT_COMMITTER_NAME=FALLBACK_NAME, GIT_COMMITTER_EMAIL=FALLBACK_EMAIL)
+        env.setdefault("GIT_AUTHOR_NAME", FALLBACK_NAME)
+        env.setdefault("GIT_AUTHOR_EMAIL", FALLBACK_EMAIL)
     return env
 
 
@@ -154,7 +122,7 @@ def commit_tree(
         args += ["-m", body]
     if trailers:
         args += ["-m", "\n".join(f"{k}: {v}" for k, v in trailers)]
-    return run_git(root, *args, env=identity_env(root, author))[1].strip()
+    return git.run(root, args, env=identity_env(root, author)).stdout.strip()
 
 
 @contextlib.contextmanager
@@ -308,19 +276,19 @@ def ensure_worktree(ws: Workspace, fork: Fork) -> Path:
         if rev(ws.root, fork.ref) is None:
             if fork.base is None:
                 raise GitError(f"conversation {fork.conv_id!r} records no base commit to fork from")
-            run_git(ws.root, "branch", "--no-track", fork.branch, fork.base)
+            git.run(ws.root, ["branch", "--no-track", fork.branch, fork.base])
         if admin_dir(fork.worktree) is None:
             # A registration whose directory vanished would make `worktree add` refuse.
-            run_git(ws.root, "worktree", "prune")
+            git.run(ws.root, ["worktree", "prune"])
             if fork.worktree.exists():
                 shutil.rmtree(fork.worktree)  # debris of a creation that crashed
             fork.worktree.parent.mkdir(parents=True, exist_ok=True)
-            run_git(ws.root, "worktree", "add", "--no-checkout", str(fork.worktree), fork.branch)
+            git.run(ws.root, ["worktree", "add", "--no-checkout", str(fork.worktree), fork.branch])
         # Sparse: the conversation records stay in the main work tree only.
-        run_git(
-            fork.worktree, "sparse-checkout", "set", "--no-cone", "/*", f"!/{ws.conv_root_rel}/"
+        git.run(
+            fork.worktree, ["sparse-checkout", "set", "--no-cone", "/*", f"!/{ws.conv_root_rel}/"]
         )
-        run_git(fork.worktree, "read-tree", "-mu", "HEAD")
+        git.run(fork.worktree, ["read-tree", "-mu", "HEAD"])
         admin = admin_dir(fork.worktree)
         assert admin is not None
         (admin / READY_MARK).write_text(f"{fork.conv_id}\n", encoding="utf-8")
@@ -393,13 +361,13 @@ def commit_edits(
     subject = f"jpfs({conv_id}): edit" + (f" {note}" if note else "")
     wt = fork.worktree
     with flock(ws, f"worktree:{fork.branch}"):
-        run_git(wt, "add", "-A", "--", ".", f":(exclude,literal){ws.conv_root_rel}")
-        tree = git_out(wt, "write-tree")
-        head = git_out(wt, "rev-parse", "--verify", "HEAD")
-        if tree == git_out(wt, "rev-parse", f"{head}^{{tree}}"):
+        git.run(wt, ["add", "-A", "--", ".", f":(exclude,literal){ws.conv_root_rel}"])
+        tree = git.output(wt, "write-tree")
+        head = git.output(wt, "rev-parse", "--verify", "HEAD")
+        if tree == git.output(wt, "rev-parse", f"{head}^{{tree}}"):
             return None
         sha = commit_tree(wt, tree, [head], subject, trailers, author=author)
-        run_git(wt, "update-ref", "-m", f"commit: {subject}", "HEAD", sha, head)
+        git.run(wt, ["update-ref", "-m", f"commit: {subject}", "HEAD", sha, head])
     return sha
 
 
@@ -416,8 +384,8 @@ def since(ws: Workspace, conv_id: str) -> tuple[Fork, str]:
         raise GitError(f"branch {fork.branch} of {conv_id!r} is missing: discard it")
     parent = enclosing_fork(ws, ids.parent(conv_id))
     target = "HEAD" if parent is None else parent.ref
-    status, out, _ = run_git(ws.root, "merge-base", target, fork.ref, ok=(0, 1))
-    start = out.strip() if status == 0 and out.strip() else fork.base
+    found = git.run(ws.root, ["merge-base", target, fork.ref], ok=(0, 1))
+    start = found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else fork.base
     if start is None:
         raise GitError(f"conversation {conv_id!r} records no base commit")
     return fork, start
@@ -427,7 +395,7 @@ def diff(ws: Workspace, conv_id: str, *, stat: bool = False) -> str:
     """The committed changes of ``conv_id``'s branch (patch, or ``--stat`` summary)."""
     fork, start = since(ws, conv_id)
     mode = ["--stat=100"] if stat else ["--patch"]
-    return run_git(ws.root, "diff", "--no-color", "--no-ext-diff", *mode, start, fork.ref)[1]
+    return git.run(ws.root, ["diff", "--no-color", "--no-ext-diff", *mode, start, fork.ref]).stdout
 
 
 def diffstat(ws: Workspace, conv_id: str) -> str:

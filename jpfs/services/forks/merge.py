@@ -38,16 +38,15 @@ from jpfs.core import locks, record, scope
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import Workspace
 from jpfs.errors import GitError, MergeConflict, StateError
+from jpfs.infra import git
+from jpfs.infra.git.refs import is_ancestor
 from jpfs.services.forks.branches import (
     commit_edits,
     commit_tree,
     flock,
-    git_out,
-    is_ancestor,
     is_ready,
     require_fork,
     rev,
-    run_git,
     target_of,
 )
 
@@ -116,15 +115,15 @@ def merge(
             )
         stat = ""
         if not already:
-            stat = run_git(root, "diff", "--stat=100", f"{commit}^1", commit)[1].rstrip()
+            stat = git.run(root, ["diff", "--stat=100", f"{commit}^1", commit]).stdout.rstrip()
         conv.update(merged=commit, merged_into=into)
         record.commit(ws, conv_id, "merged", agent=agent, note=f"into {into} as {commit[:12]}")
     return MergeResult(conv_id, fork.branch, into, commit, stat, already)
 
 
 def _current_branch(root: Path) -> str:
-    status, out, _ = run_git(root, "symbolic-ref", "-q", "--short", "HEAD", ok=(0, 1))
-    return out.strip() if status == 0 else "HEAD"
+    proc = git.run(root, ["symbolic-ref", "-q", "--short", "HEAD"], ok=(0, 1))
+    return proc.stdout.strip() if proc.returncode == 0 else "HEAD"
 
 
 def merge_into(
@@ -154,14 +153,14 @@ def merge_into(
     _switch(root, tip0, merged, label)
     # git's own compare-and-swap: only a user's commit can move the branch meanwhile
     # (jpfs commits on the record branch), and then the merge is undone, not forced.
-    status, _, err = run_git(
-        root, "update-ref", "-m", f"merge {theirs[:12]}: {subject}", ref, merged, tip0,
+    moved = git.run(
+        root, ["update-ref", "-m", f"merge {theirs[:12]}: {subject}", ref, merged, tip0],
         ok=(0, 1, 128),
     )  # fmt: skip
-    if status != 0:
+    if moved.returncode != 0:
         _switch(root, merged, tip0, label)  # index and work tree back to the branch
         raise StateError(
-            f"{label}: {ref} moved during the merge ({err.strip().splitlines()[-1:]}); "
+            f"{label}: {ref} moved during the merge ({moved.stderr.strip().splitlines()[-1:]}); "
             "nothing was changed, retry"
         )
     return merged, False
@@ -169,13 +168,13 @@ def merge_into(
 
 def _head_ref(root: Path) -> str:
     """The ref a merge moves: HEAD's branch, or HEAD itself when detached."""
-    status, out, _ = run_git(root, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
-    return out.strip() if status == 0 else "HEAD"
+    proc = git.run(root, ["symbolic-ref", "-q", "HEAD"], ok=(0, 1))
+    return proc.stdout.strip() if proc.returncode == 0 else "HEAD"
 
 
 def _refuse_in_progress(root: Path, label: str) -> None:
     for name in _IN_PROGRESS:
-        if Path(root, git_out(root, "rev-parse", "--git-path", name)).exists():
+        if Path(root, git.output(root, "rev-parse", "--git-path", name)).exists():
             raise StateError(
                 f"{label}: a merge, rebase or cherry-pick is in progress in {root};"
                 " finish or abort it first"
@@ -183,12 +182,12 @@ def _refuse_in_progress(root: Path, label: str) -> None:
 
 
 def _merged_tree(root: Path, ours: str, theirs: str, label: str) -> str:
-    status, out, _ = run_git(
-        root, "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs,
+    proc = git.run(
+        root, ["merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs],
         ok=(0, 1),
     )  # fmt: skip
-    tree, *rest = out.split("\0")
-    if status == 1:
+    tree, *rest = proc.stdout.split("\0")
+    if proc.returncode == 1:
         paths = sorted({p for p in rest if p})
         raise MergeConflict(
             f"{label} would conflict in {_paths(paths)}; nothing was changed."
@@ -204,9 +203,10 @@ def _switch(root: Path, old: str, new: str, label: str) -> None:
     deadline = time.monotonic() + LOCK_WAIT
     delay = 0.005
     while True:
-        run_git(root, "update-index", "-q", "--refresh", ok=(0, 1, 128))
-        status, _, err = run_git(root, "read-tree", "-m", "-u", old, new, ok=(0, 128))
-        if status == 0:
+        git.run(root, ["update-index", "-q", "--refresh"], ok=(0, 1, 128))
+        proc = git.run(root, ["read-tree", "-m", "-u", old, new], ok=(0, 128))
+        err = proc.stderr
+        if proc.returncode == 0:
             return
         if "index.lock" in err and time.monotonic() < deadline:
             # The committer or a user's git command holds the index: git's own answer

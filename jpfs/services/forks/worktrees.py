@@ -19,6 +19,8 @@ from jpfs.core.conversation import Conversation, now
 from jpfs.core.scope import CONVERSATION_TOML
 from jpfs.core.workspace import WORKTREES_DIR, Workspace
 from jpfs.errors import FormatError
+from jpfs.infra import git
+from jpfs.infra.git.refs import is_ancestor
 from jpfs.services.forks.branches import (
     Fork,
     admin_dir,
@@ -26,10 +28,8 @@ from jpfs.services.forks.branches import (
     enclosing_fork,
     flock,
     fork_of,
-    is_ancestor,
     require_fork,
     rev,
-    run_git,
 )
 
 
@@ -42,11 +42,11 @@ class GcReport:
 def _remove_worktree(ws: Workspace, path: Path) -> None:
     """Remove a worktree directory and its registration; caller holds the layout lock."""
     if admin_dir(path) is not None:
-        run_git(ws.root, "worktree", "remove", "--force", str(path), ok=(0, 128))
+        git.run(ws.root, ["worktree", "remove", "--force", str(path)], ok=(0, 128))
     if path.exists():
         # Unregistered debris (a crash mid-creation) or a worktree git refused to remove.
         shutil.rmtree(path)
-    run_git(ws.root, "worktree", "prune")
+    git.run(ws.root, ["worktree", "prune"])
 
 
 @contextlib.contextmanager
@@ -74,7 +74,7 @@ def discard(ws: Workspace, conv_id: str, *, within: str | None = None) -> list[s
             with flock(ws, "layout"):
                 _remove_worktree(ws, fork.worktree)
                 if rev(ws.root, fork.ref) is not None:
-                    run_git(ws.root, "branch", "-D", fork.branch)
+                    git.run(ws.root, ["branch", "-D", fork.branch])
             Conversation(ws.conv_root, fork.conv_id).update(discarded=now())
             record.commit(ws, fork.conv_id, "discard", note=fork.branch)
             done.append(fork.conv_id)
@@ -151,7 +151,7 @@ def gc(ws: Workspace) -> GcReport:
             _remove_worktree(ws, fork.worktree)
         report.removed.append((fork.conv_id, why))
     with flock(ws, "layout"):
-        run_git(ws.root, "worktree", "prune")
+        git.run(ws.root, ["worktree", "prune"])
         for path in sorted(root.iterdir()) if root.is_dir() else []:
             if path.resolve() in known:
                 continue
@@ -162,5 +162,5 @@ def gc(ws: Workspace) -> GcReport:
                 continue
             _remove_worktree(ws, path)
             report.removed.append((str(path.relative_to(ws.root)), "no conversation uses it"))
-        run_git(ws.root, "worktree", "prune")
+        git.run(ws.root, ["worktree", "prune"])
     return report

@@ -24,8 +24,10 @@ from typing import Any
 from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError, GitError, JpfsError
-from jpfs.infra import gitcli, gitremote
-from jpfs.infra.gitremote import Update
+from jpfs.infra import git
+from jpfs.infra.git import refs
+from jpfs.infra.git import remote as gitremote
+from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
 from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
 from jpfs.services.sync.record import Integration, integrate
@@ -119,7 +121,7 @@ class SyncEngine:
         with self._cycle:
             self._pull_started = time.monotonic()
             self.fetch()
-            theirs = gitremote.resolve(self.repo, self.track_record)
+            theirs = refs.resolve(self.repo, self.track_record)
             if theirs is None:
                 return Integration("up-to-date")  # the remote has no record yet: our push makes it
             forfeit = sorted(self.book.forfeited)
@@ -170,7 +172,7 @@ class SyncEngine:
             if "couldn't find remote ref" not in str(exc):
                 raise
             gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
-        listed = gitcli.run(
+        listed = git.run(
             self.repo,
             [
                 "for-each-ref",
@@ -202,11 +204,11 @@ class SyncEngine:
             # Which leases are done is read *before* the tip: a run marks its lease
             # releasing after its last commit, so the tip read next contains that commit.
             held = [(lease, lease.releasing) for lease in self.book.held()]
-            ours = gitremote.resolve(self.repo, f"refs/heads/{self.branch}")
-            theirs = gitremote.resolve(self.repo, self.track_record)
+            ours = refs.resolve(self.repo, f"refs/heads/{self.branch}")
+            theirs = refs.resolve(self.repo, self.track_record)
             if record and ours is not None and theirs is not None and ours != theirs:
                 # Never force theirs away: push only what contains it.
-                record = gitremote.is_ancestor(self.repo, theirs, ours)
+                record = refs.is_ancestor(self.repo, theirs, ours)
             send = record and ours is not None and ours != theirs
             if send and ours is not None and self.scan:
                 found = leaks.find(self.repo, theirs, ours, self._scanned)
@@ -235,7 +237,7 @@ class SyncEngine:
                 self.stats.pushes += 1
                 self.stats.last_push = time.time()
                 if send and ours is not None:
-                    gitcli.run(self.repo, ["update-ref", self.track_record, ours], check=False)
+                    git.run(self.repo, ["update-ref", self.track_record, ours], check=False)
                 for conv_id, (oid, seq) in renewing.items():
                     self.book.renewed(conv_id, oid, seq)
                 self.book.released(releasing)
@@ -363,7 +365,7 @@ class SyncEngine:
         now = time.time()
         held = self.book.held()
         try:
-            ahead, behind = gitremote.ahead_behind(
+            ahead, behind = refs.ahead_behind(
                 self.repo, f"refs/heads/{self.branch}", self.track_record
             )
         except JpfsError:

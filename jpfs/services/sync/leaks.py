@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jpfs.core import ids, secrets
 from jpfs.errors import JpfsError
-from jpfs.infra.treediff import Changes
+from jpfs.infra.git.treediff import Changes
 
 # What a text file may be: larger contents and binary ones (a NUL early on) are skipped.
 MAX_BYTES = 8 * 1024 * 1024

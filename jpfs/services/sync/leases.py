@@ -3,7 +3,7 @@
 A lease is a ref on the remote, ``refs/jpfs/leases/<key>`` (``key`` = a flat digest of
 the conversation id), pointing at a tiny commit whose message says who holds it (machine,
 incarnation, a sequence number, the duration). Every change to a lease is a push with
-compare-and-swap (:func:`jpfs.infra.gitremote.push`), so of two daemons claiming one
+compare-and-swap (:func:`jpfs.infra.git.remote.push`), so of two daemons claiming one
 conversation exactly one wins.
 
 Expiry uses no one's wall clock: a daemon that sees a lease *unchanged* for ``duration``
@@ -29,6 +29,7 @@ from pathlib import Path
 import pygit2
 
 from jpfs.core import ids
+from jpfs.infra.git import identity
 
 LEASE_NS = "refs/jpfs/leases/"
 
@@ -135,7 +136,7 @@ class LeaseBook:
         with self._lock:
             if self._repo is None:
                 self._repo = pygit2.Repository(str(self.repo))
-            signature = pygit2.Signature("jpfs", "jpfs@localhost")
+            signature = pygit2.Signature(identity.FALLBACK_NAME, identity.FALLBACK_EMAIL)
             tree = self._repo.TreeBuilder().write()
             oid = self._repo.create_commit(None, signature, signature, message, tree, [])
         return str(oid), seq

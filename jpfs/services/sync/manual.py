@@ -7,7 +7,7 @@ from typing import Any
 
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError, GitError
-from jpfs.infra import gitremote
+from jpfs.infra.git import refs
 from jpfs.services.sync.engine import SyncEngine
 
 
@@ -57,5 +57,5 @@ def sync_by_hand(ws: Workspace) -> HandSync:
             f"the record of {engine.remote} could not be merged here ({outcome.reason});"
             f" {done}nothing was pushed: run `jpfs sync` again"
         )
-    head = gitremote.resolve(ws.root, f"refs/heads/{ws.record_branch}")
+    head = refs.resolve(ws.root, f"refs/heads/{ws.record_branch}")
     return HandSync(engine.remote, engine.machine, committed, outcome.kind, head, outcome.conflicts)

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from jpfs.core import recordbranch
 from jpfs.errors import GitError
-from jpfs.infra import gitcli
-from jpfs.infra.gitremote import is_ancestor, resolve
+from jpfs.infra import git
+from jpfs.infra.git.refs import is_ancestor, resolve
 
 log = logging.getLogger("jpfs.services.sync")
 
@@ -84,7 +84,7 @@ def integrate(
         moved = _checkout(worktree, ours, new)
         if moved:
             return Integration("busy", ours, ours, reason=moved)
-        proc = gitcli.run(
+        proc = git.run(
             worktree,
             ["update-ref", "-m", f"jpfs: sync with {remote}", ref, new, ours],
             check=False,
@@ -98,7 +98,7 @@ def integrate(
 
 def _clear(worktree: Path, prefixes: Sequence[str], aside: Path) -> None:
     """Save aside, then drop, what differs from the tip under ``prefixes``."""
-    listed = gitcli.run(
+    listed = git.run(
         worktree, ["status", "--porcelain", "-z", "--untracked-files=all", "--", *prefixes]
     ).stdout
     entries = [e for e in listed.split("\0") if len(e) > 3]
@@ -117,7 +117,7 @@ def _clear(worktree: Path, prefixes: Sequence[str], aside: Path) -> None:
         ", ".join(prefixes),
         saved,
     )
-    gitcli.run(worktree, ["checkout", "-f", "HEAD", "--", *prefixes], check=False)
+    git.run(worktree, ["checkout", "-f", "HEAD", "--", *prefixes], check=False)
     for entry in entries:
         if entry.startswith("??"):
             with contextlib.suppress(FileNotFoundError, IsADirectoryError):
@@ -127,11 +127,11 @@ def _clear(worktree: Path, prefixes: Sequence[str], aside: Path) -> None:
 def _checkout(worktree: Path, ours: str, new: str) -> str:
     """Move the worktree's files and index from ``ours`` to ``new``; "" or why not."""
     args = ["read-tree", "-m", "-u", ours, new]
-    proc = gitcli.run(worktree, args, check=False)
+    proc = git.run(worktree, args, check=False)
     if proc.returncode != 0:
         # Stale stat data makes read-tree think a file changed: refresh once and retry.
-        gitcli.run(worktree, ["update-index", "-q", "--refresh"], check=False)
-        proc = gitcli.run(worktree, args, check=False)
+        git.run(worktree, ["update-index", "-q", "--refresh"], check=False)
+        proc = git.run(worktree, args, check=False)
     if proc.returncode == 0:
         return ""
     lines = (proc.stderr or proc.stdout).strip().splitlines()
@@ -142,7 +142,7 @@ def _merge_trees(
     repo: Path, ours: str, theirs: str, remote: str, forfeit: Sequence[str]
 ) -> tuple[str, list[str]]:
     args = ["merge-tree", "--write-tree", "--allow-unrelated-histories", "--name-only"]
-    proc = gitcli.run(repo, [*args, "--no-messages", "-z", ours, theirs], check=False, ok=(0, 1))
+    proc = git.run(repo, [*args, "--no-messages", "-z", ours, theirs], check=False, ok=(0, 1))
     if proc.returncode not in (0, 1):
         raise GitError(f"git merge-tree failed: {proc.stderr.strip()}")
     tree, *rest = proc.stdout.split("\0")
@@ -150,7 +150,7 @@ def _merge_trees(
     if not conflicted and not forfeit:
         return tree, []
     with _scratch_index(repo) as env:
-        gitcli.run(repo, ["read-tree", tree], env=env)
+        git.run(repo, ["read-tree", tree], env=env)
         kept: list[str] = []
         lines: list[str] = []
         removals: list[str] = []
@@ -167,38 +167,36 @@ def _merge_trees(
                     kept.append(copy)
         for prefix in forfeit:
             # The conversation as the remote holds it, nothing of ours.
-            listed = gitcli.run(repo, ["ls-files", "-z", "--", prefix], env=env).stdout
+            listed = git.run(repo, ["ls-files", "-z", "--", prefix], env=env).stdout
             removals.extend(p for p in listed.split("\0") if p)
-            remote_files = gitcli.run(repo, ["ls-tree", "-r", "-z", theirs, "--", prefix]).stdout
+            remote_files = git.run(repo, ["ls-tree", "-r", "-z", theirs, "--", prefix]).stdout
             for entry in remote_files.split("\0"):
                 if entry:
                     meta, _, path = entry.partition("\t")
                     mode, _, oid = meta.split(" ")
                     lines.append(f"{mode} {oid}\t{path}")
         if removals:
-            gitcli.run(
+            git.run(
                 repo,
                 ["update-index", "-z", "--force-remove", "--stdin"],
                 input="\0".join(removals) + "\0",
                 env=env,
             )
         if lines:
-            gitcli.run(
-                repo, ["update-index", "--index-info"], input="\n".join(lines) + "\n", env=env
-            )
-        merged = gitcli.run(repo, ["write-tree"], env=env).stdout.strip()
+            git.run(repo, ["update-index", "--index-info"], input="\n".join(lines) + "\n", env=env)
+        merged = git.run(repo, ["write-tree"], env=env).stdout.strip()
     return merged, kept
 
 
 def _author_machine(repo: Path, theirs: str, path: str) -> str:
     """The machine that made their last change of ``path`` (its ``Jpfs-Machine``)."""
     fmt = "--format=%(trailers:key=Jpfs-Machine,valueonly,separator=)"
-    out = gitcli.run(repo, ["log", "-1", fmt, theirs, "--", path], check=False).stdout
+    out = git.run(repo, ["log", "-1", fmt, theirs, "--", path], check=False).stdout
     return _SAFE_TAG.sub("-", out.strip())
 
 
 def _blob(repo: Path, commit: str, path: str) -> tuple[str, str] | None:
-    out = gitcli.run(repo, ["ls-tree", "-z", commit, "--", path]).stdout
+    out = git.run(repo, ["ls-tree", "-z", commit, "--", path]).stdout
     meta, _, name = out.partition("\t")
     if not meta or name.rstrip("\0") != path:
         return None
@@ -220,7 +218,7 @@ def _merge_commit(
     trailers += [f"Jpfs-Forfeit: {prefix}" for prefix in forfeit]
     message = f"jpfs: sync with {remote}\n\n" + "\n".join(trailers) + "\n"
     args = ["commit-tree", tree, "-p", ours, "-p", theirs]
-    return gitcli.run(repo, args, input=message, env=recordbranch.identity_env(repo)).stdout.strip()
+    return git.run(repo, args, input=message, env=recordbranch.identity_env(repo)).stdout.strip()
 
 
 @contextlib.contextmanager

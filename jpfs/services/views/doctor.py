@@ -12,7 +12,7 @@ from typing import Any
 from jpfs.core import profiles, recordbranch
 from jpfs.core import workspace as workspace_mod
 from jpfs.errors import JpfsError
-from jpfs.infra import gitcli
+from jpfs.infra import git
 
 MIN_GIT = (2, 38)  # merge-tree --write-tree (protocol/branches.md)
 
@@ -50,7 +50,7 @@ def examine(start: Path | None, cfg: list[str]) -> list[Check]:
 
 def _git() -> Check:
     try:
-        text = gitcli.run(Path.cwd(), ["--version"]).stdout.strip()
+        text = git.run(Path.cwd(), ["--version"]).stdout.strip()
     except (JpfsError, OSError) as exc:
         return Check("git", "fail", f"git does not run: {exc}", "install git 2.38 or later")
     found = re.search(r"(\d+)\.(\d+)", text)
@@ -67,7 +67,7 @@ def _record(ws: workspace_mod.Workspace) -> Check:
             "record", "fail", f"branch {ws.record_branch} is not checked out at {path}",
             "run `jpfs init` (it re-attaches the record, or makes it)",
         )  # fmt: skip
-    dirty = gitcli.run(path, ["status", "--porcelain", "--untracked-files=no"], check=False)
+    dirty = git.run(path, ["status", "--porcelain", "--untracked-files=no"], check=False)
     detail = (
         f"branch {ws.record_branch} at {ws.rel(path) if path.is_relative_to(ws.root) else path}"
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jpfs.core import ids
-from jpfs.infra import gitcli
+from jpfs.infra import git
 
 FIELD, RECORD = "\x1f", "\x1e"
 # Jpfs-Usage's short names (jpfs.core.record.usage_trailer) -> the usage keys.
@@ -119,7 +119,7 @@ def log(
         args.append(f"-n{limit}")  # every commit holds one event at least
     # The record's tree root is the conversation root: an id is a path on the branch.
     pathspec = ["--", f":(literal){conv_id}"] if conv_id else []
-    proc = gitcli.run(ws_root, [*args, f"refs/heads/{branch}", *pathspec], ok=(0, 128))
+    proc = git.run(ws_root, [*args, f"refs/heads/{branch}", *pathspec], ok=(0, 128))
     if proc.returncode == 128:  # no commits yet
         return []
     out = []

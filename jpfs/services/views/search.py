@@ -2,7 +2,7 @@
 
 Every file of the record's worktree is searched, committed or not. git grep over the
 tracked files is the fast path (C, multi-threaded, trusting the index); a file written
-moments ago and not committed yet is found by :mod:`jpfs.infra.untracked` while that
+moments ago and not committed yet is found by :mod:`jpfs.infra.git.untracked` while that
 grep runs, and searched with ``git grep --no-index``. ``git grep --untracked`` would do
 both in one process but walks the tree inside the grep (1.4x the tracked search at
 130,000 files), and so does ``git ls-files --others`` beside it (1.3x); the untracked
@@ -28,7 +28,8 @@ from typing import Any
 from jpfs.core import ids
 from jpfs.core.scope import CONVERSATION_TOML
 from jpfs.errors import FormatError, GitError, PatternError
-from jpfs.infra import gitcli, textfile, untracked
+from jpfs.infra import git, textfile
+from jpfs.infra.git import untracked
 
 TIMEOUT = 120.0  # seconds a git grep may take before the search is refused
 
@@ -101,7 +102,7 @@ def grep(
         # The record's [config] snapshot would match every search for a common word.
         f":(exclude,glob)**/{CONVERSATION_TOML}",
     ]
-    procs = [gitcli.start(conv_root, ["-c", "core.quotePath=false", "grep", *options, "--", *spec])]
+    procs = [git.start(conv_root, ["-c", "core.quotePath=false", "grep", *options, "--", *spec])]
     try:
         # The tracked search runs while the tree is scanned for files not tracked yet.
         new_files = [
@@ -111,10 +112,10 @@ def grep(
         ]
         for n in range(0, len(new_files), 500):
             more = ["grep", "--no-index", *options, "--", *new_files[n : n + 500]]
-            procs.append(gitcli.start(conv_root, more))
+            procs.append(git.start(conv_root, more))
         output = b"".join(_matches(proc, pattern) for proc in procs)
     finally:
-        gitcli.stop(procs)
+        git.stop(procs)
     hidden: dict[str, bool] = {}
 
     def is_hidden(conv_id: str) -> bool:

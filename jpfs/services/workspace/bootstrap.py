@@ -9,7 +9,7 @@ from pathlib import Path
 from jpfs.core import config as config_mod
 from jpfs.core.workspace import JPFS_DIR, LOCAL_DIR, Workspace, git_toplevel, open_workspace
 from jpfs.errors import WorkspaceError
-from jpfs.infra import gitcli
+from jpfs.infra import git
 from jpfs.services.workspace import policy
 
 IGNORE_LINE = f"/{LOCAL_DIR}/"
@@ -54,7 +54,7 @@ def init_workspace(
                 f"{path} is not inside a git repository; run `git init` first"
                 " or use `jpfs init --git-init`"
             )
-        gitcli.run(path, ["init", "-q"])
+        git.run(path, ["init", "-q"])
         top = path
     written: list[Path] = []
     jpfs_dir = top / JPFS_DIR

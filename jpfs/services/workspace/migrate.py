@@ -17,7 +17,7 @@ import pygit2
 
 from jpfs.core.workspace import Workspace
 from jpfs.errors import StateError, WorkspaceError
-from jpfs.infra import gitcli
+from jpfs.infra import git
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,10 @@ def migrate(ws: Workspace) -> Migration:
     if parent is None:
         raise StateError(f"{rel}/ is not tracked on your branch: there is nothing to migrate")
     repo.references.create(f"refs/heads/{branch}", parent)
-    gitcli.run(ws.root, ["rm", "-r", "-q", "--cached", "--", rel])
+    git.run(ws.root, ["rm", "-r", "-q", "--cached", "--", rel])
     from jpfs.services.workspace.bootstrap import IGNORE_LINE, add_ignore_lines
 
     if add_ignore_lines(ws.root, [IGNORE_LINE, f"/{rel}/"]):
-        gitcli.run(ws.root, ["add", "--", ".gitignore"])
+        git.run(ws.root, ["add", "--", ".gitignore"])
     ws.ensure_record()
     return Migration(branch, count, str(parent))

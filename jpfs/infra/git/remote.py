@@ -16,10 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pygit2
-
 from jpfs.errors import GitError
-from jpfs.infra import gitcli
+from jpfs.infra.git import runner
 
 ZERO = "0" * 40
 # Never prompt for credentials or host keys: a daemon has no terminal to ask on.
@@ -59,7 +57,7 @@ def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def check_remote(repo: Path, remote: str) -> str:
     """The remote's URL; a clear error when it is not configured."""
-    proc = gitcli.run(repo, ["remote", "get-url", remote], check=False)
+    proc = runner.run(repo, ["remote", "get-url", remote], check=False)
     url = proc.stdout.strip()
     if proc.returncode != 0 or not url:
         raise GitError(
@@ -74,7 +72,7 @@ def fetch(repo: Path, remote: str, refspecs: Sequence[str], *, prune: bool = Tru
     args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules"]
     if prune:
         args.append("--prune")
-    gitcli.run(repo, [*args, remote, *refspecs], env=_env())
+    runner.run(repo, [*args, remote, *refspecs], env=_env())
 
 
 def push(repo: Path, remote: str, updates: Sequence[Update]) -> PushResult:
@@ -87,7 +85,7 @@ def push(repo: Path, remote: str, updates: Sequence[Update]) -> PushResult:
         args.append(f"--force-with-lease={up.ref}:{up.expect or ''}")
         source = up.source or up.new or ""
         specs.append(f"{source}:{up.ref}" if up.new is not None else f":{up.ref}")
-    proc = gitcli.run(repo, [*args, remote, *specs], check=False, env=_env())
+    proc = runner.run(repo, [*args, remote, *specs], check=False, env=_env())
     refs = _parse_porcelain(proc.stdout)
     if proc.returncode != 0 and not refs:
         err = (proc.stderr or proc.stdout).strip().splitlines()
@@ -106,41 +104,3 @@ def _parse_porcelain(text: str) -> dict[str, tuple[str, str]]:
         _, _, to = parts[1].rpartition(":")
         refs[to] = (parts[0], parts[2])
     return refs
-
-
-def resolve(repo: Path, ref: str) -> str | None:
-    """The commit ``ref`` names, or None when there is no such ref (in process)."""
-    try:
-        reference = _open(repo).references.get(ref)
-        return None if reference is None else str(reference.peel(pygit2.Commit).id)
-    except (pygit2.GitError, KeyError, ValueError) as exc:
-        raise GitError(f"cannot read {ref} in {repo}: {exc}") from exc
-
-
-def is_ancestor(repo: Path, older: str, newer: str) -> bool:
-    """Whether commit ``older`` is ``newer`` or one of its ancestors (in process)."""
-    if older == newer:
-        return True
-    try:
-        return bool(_open(repo).descendant_of(newer, older))
-    except (pygit2.GitError, KeyError, ValueError) as exc:
-        raise GitError(f"cannot compare {older[:12]} and {newer[:12]}: {exc}") from exc
-
-
-def ahead_behind(repo: Path, local: str, upstream: str) -> tuple[int, int]:
-    """Commits on ``local`` not on ``upstream``, and the reverse (0, 0 if either is
-    missing)."""
-    ours, theirs = resolve(repo, local), resolve(repo, upstream)
-    if ours is None or theirs is None:
-        return 0, 0
-    try:
-        ahead, behind = _open(repo).ahead_behind(ours, theirs)
-    except (pygit2.GitError, KeyError, ValueError) as exc:
-        raise GitError(f"cannot compare {local} and {upstream}: {exc}") from exc
-    return int(ahead), int(behind)
-
-
-def _open(repo: Path) -> pygit2.Repository:
-    # A fresh handle per call: cheap, always sees the refs on disk, and pygit2 handles
-    # are not to be shared between threads.
-    return pygit2.Repository(str(repo))

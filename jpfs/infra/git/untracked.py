@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from jpfs.errors import GitError
-from jpfs.infra import fsclock, gitcli, gitdirs, indexepoch, textfile
+from jpfs.infra import fsclock, indexepoch, textfile
+from jpfs.infra.git import dirs, runner
 
 FILE = "untracked.bin"
 CLOCK = "untracked.clock"  # touched at each call: the file system's time
@@ -68,7 +69,7 @@ class Scan:
 
     def __init__(self, root: Path, cache_dir: Path | None) -> None:
         self.root = root
-        self.gitdir = gitdirs.git_dir(root)
+        self.gitdir = dirs.git_dir(root)
         self.path = cache_dir / FILE if cache_dir is not None else None
         # The cache as read: every directory ("" for the root), their stamps (inode,
         # mtime, ctime) flat in the same order (the fastest to read back), and the names
@@ -97,7 +98,7 @@ class Scan:
                 _, seen = self._walk(tops, horizon)
                 others, found = (_finish(p) for p in procs)
             finally:
-                gitcli.stop(procs)
+                runner.stop(procs)
             self._remember(others, seen)
             self._save(index)
             return found
@@ -110,7 +111,7 @@ class Scan:
                 _, seen = self._walk(tops, horizon)
                 others = _finish(procs[0])
             finally:
-                gitcli.stop(procs)
+                runner.stop(procs)
             self.dirty = True
         else:
             named, seen = self._walk(tops, horizon)
@@ -326,7 +327,7 @@ def _view(raw: Any) -> indexepoch.View:
 
 def _start(root: Path, options: list[str], spec: list[str]) -> subprocess.Popen[bytes]:
     args = ["-c", "core.quotePath=false", "ls-files", "-z", "-o", *options, "--", *spec]
-    return gitcli.start(root, args)
+    return runner.start(root, args)
 
 
 def _finish(proc: subprocess.Popen[bytes]) -> list[str]:
@@ -346,4 +347,4 @@ def _ls_files(root: Path, options: list[str], spec: list[str]) -> list[str]:
     try:
         return _finish(proc)
     finally:
-        gitcli.stop([proc])
+        runner.stop([proc])

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from jpfs.infra import gitcli
+from jpfs.infra.git import runner
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Ignored:
 
 def ignored(root: Path) -> Ignored:
     """Every ignored path under ``root``, ignored directories whole (one ``git ls-files``)."""
-    proc = gitcli.start(
+    proc = runner.start(
         root, ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"]
     )
     out, _err = proc.communicate()
@@ -42,6 +42,6 @@ def ignored(root: Path) -> Ignored:
 
 def is_ignored(root: Path, rel: str) -> bool:
     """Whether git ignores ``rel`` (a tracked file never is)."""
-    proc = gitcli.start(root, ["check-ignore", "-q", "--", rel])
+    proc = runner.start(root, ["check-ignore", "-q", "--", rel])
     proc.communicate()
     return proc.returncode == 0

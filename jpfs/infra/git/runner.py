@@ -1,7 +1,12 @@
-"""Running the git CLI: argv lists only, errors translated to :class:`GitError` once."""
+"""Running the git CLI: argv lists only, errors translated to :class:`GitError` once.
+
+The one way jpfs runs git as a program (the committer writes objects, the index and
+refs itself; :mod:`jpfs.infra.git.refs` reads refs in process).
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,6 +23,9 @@ def run(
     ok: Sequence[int] = (0,),
     env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """``git args`` in ``cwd``, its output as text; ``env`` adds to (or overrides) this
+    process's environment. With ``check``, an exit status not in ``ok`` is a
+    :class:`GitError` naming git's last line of complaint."""
     try:
         proc = subprocess.run(
             ["git", *args],
@@ -30,18 +38,31 @@ def run(
             errors="surrogateescape",
             input=input,
             check=False,
-            env=env,
+            env={**os.environ, **_MESSAGES_IN_ENGLISH, **(env or {})},
         )
-    except FileNotFoundError as exc:
-        raise GitError("git is not installed or not on PATH") from exc
+    except OSError as exc:
+        raise _not_started(cwd, args, exc) from exc
     if check and proc.returncode not in ok:
         err = (proc.stderr or proc.stdout).strip().splitlines()
         tail = err[-1] if err else f"exit status {proc.returncode}"
-        raise GitError(f"git {args[0]} failed: {tail.removeprefix('fatal: ')}")
+        tail = tail.removeprefix("fatal: ").removeprefix("error: ")
+        raise GitError(f"git {args[0]} failed: {tail}")
     return proc
 
 
+# Callers read git's messages (a busy index.lock, the paths a checkout would overwrite)
+# and pass them on in errors: the C locale keeps them the same whatever the user's.
+_MESSAGES_IN_ENGLISH = {"LC_ALL": "C", "LANGUAGE": "C"}
+
+
+def _not_started(cwd: Path, args: Sequence[str], exc: OSError) -> GitError:
+    if isinstance(exc, FileNotFoundError) and exc.filename == "git":
+        return GitError("git is not installed or not on PATH")
+    return GitError(f"git {args[0]} failed to start in {cwd}: {exc}")
+
+
 def output(cwd: Path, *args: str) -> str:
+    """What ``git args`` printed, stripped (a failure is a :class:`GitError`)."""
     return run(cwd, args).stdout.strip()
 
 
@@ -52,8 +73,8 @@ def start(cwd: Path, args: Sequence[str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             ["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-    except FileNotFoundError as exc:
-        raise GitError("git is not installed or not on PATH") from exc
+    except OSError as exc:
+        raise _not_started(cwd, args, exc) from exc
 
 
 def stop(procs: Iterable[subprocess.Popen[bytes]]) -> None:

@@ -1,0 +1,52 @@
+"""Refs and commits read in process (libgit2 through pygit2): what a ref names, whether
+one commit descends from another, how far two have diverged.
+
+In process because the sync loop and merges ask these on every pass: a ``git
+merge-base --is-ancestor`` is a 2-3 ms process per question.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pygit2
+
+from jpfs.errors import GitError
+
+
+def resolve(repo: Path, ref: str) -> str | None:
+    """The commit ``ref`` names, or None when there is no such ref (in process)."""
+    try:
+        reference = _open(repo).references.get(ref)
+        return None if reference is None else str(reference.peel(pygit2.Commit).id)
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"cannot read {ref} in {repo}: {exc}") from exc
+
+
+def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    """Whether commit ``older`` is ``newer`` or one of its ancestors (in process)."""
+    if older == newer:
+        return True
+    try:
+        return bool(_open(repo).descendant_of(newer, older))
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"cannot compare {older[:12]} and {newer[:12]}: {exc}") from exc
+
+
+def ahead_behind(repo: Path, local: str, upstream: str) -> tuple[int, int]:
+    """Commits on ``local`` not on ``upstream``, and the reverse (0, 0 if either is
+    missing)."""
+    ours, theirs = resolve(repo, local), resolve(repo, upstream)
+    if ours is None or theirs is None:
+        return 0, 0
+    try:
+        ahead, behind = _open(repo).ahead_behind(ours, theirs)
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"cannot compare {local} and {upstream}: {exc}") from exc
+    return int(ahead), int(behind)
+
+
+def _open(repo: Path) -> pygit2.Repository:
+    # A fresh handle per call: cheap, always sees the refs on disk, and pygit2 handles
+    # are not to be shared between threads.
+    return pygit2.Repository(str(repo))
