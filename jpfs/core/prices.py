@@ -3,7 +3,7 @@
 Prices are USD per million tokens for each of the four counts the Messages API reports
 (:class:`jpfs.infra.providers.base.Usage`): fresh input, output, cache reads and cache
 writes. :data:`PRICES` ships the published prices of current Claude models (5-minute
-cache writes); ``[prices."MODEL"]`` tables in ``.jpfs/config.toml`` add models or
+cache writes) and of OpenAI's common models; ``[prices."MODEL"]`` tables in ``.jpfs/config.toml`` add models or
 replace a shipped entry whole (a local model can cost 0):
 
     [prices."claude-sonnet-4-5"]
@@ -80,10 +80,28 @@ PRICES: dict[str, Price] = {
     "claude-3-5-haiku": Price(0.80, 4.0, 0.08, 1.0),
     "claude-3-haiku": Price(0.25, 1.25, 0.03, 0.30),
 }
+# OpenAI's published standard-tier prices (platform.openai.com, "Pricing") as of
+# mid-2025: input, output, cached input. OpenAI charges nothing extra to write its
+# cache (it caches long prefixes by itself), so a write is priced as fresh input.
+PRICES.update(
+    {
+        "gpt-5": Price(1.25, 10.0, 0.125, 1.25),
+        "gpt-5-mini": Price(0.25, 2.0, 0.025, 0.25),
+        "gpt-5-nano": Price(0.05, 0.40, 0.005, 0.05),
+        "gpt-4.1": Price(2.0, 8.0, 0.50, 2.0),
+        "gpt-4.1-mini": Price(0.40, 1.60, 0.10, 0.40),
+        "gpt-4.1-nano": Price(0.10, 0.40, 0.025, 0.10),
+        "gpt-4o": Price(2.50, 10.0, 1.25, 2.50),
+        "gpt-4o-mini": Price(0.15, 0.60, 0.075, 0.15),
+        "o3": Price(2.0, 8.0, 0.50, 2.0),
+        "o4-mini": Price(1.10, 4.40, 0.275, 1.10),
+    }
+)
 # Names the API also takes for these models.
 ALIASES = {"claude-opus-4": "claude-opus-4-0", "claude-sonnet-4": "claude-sonnet-4-0"}
-# A snapshot's name is its model's and a date: claude-sonnet-4-5-20250929.
-_DATED = re.compile(r"(.+)-20[0-9]{6}")
+# A snapshot's name is its model's and a date: claude-sonnet-4-5-20250929,
+# gpt-4.1-2025-04-14.
+_DATED = re.compile(r"(.+)-20(?:[0-9]{6}|[0-9]{2}-[0-9]{2}-[0-9]{2})")
 
 
 def check_table(value: Any, where: str) -> dict[str, Price]:

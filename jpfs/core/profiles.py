@@ -10,6 +10,8 @@ re-applied: a conversation keeps the configuration it was created with.
 from __future__ import annotations
 
 import copy
+import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,10 @@ from typing import Any
 from jpfs.core.config import parse_toml, parse_value, read_toml
 from jpfs.errors import ProfileError, ScopeError
 
-PROVIDERS = ("anthropic", "command", "script")
+PROVIDERS = ("anthropic", "command", "script", "openai")
+# Keys only the openai provider reads, absent unless given (refused for the others).
+OPENAI_KEYS = ("base_url", "api_key_env")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # key -> (type, default). Tables are checked one level deep.
 TOP: dict[str, tuple[type | tuple[type, ...], Any]] = {
@@ -37,6 +42,9 @@ TOP: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "onboarding": (dict, {}),
     "command": (dict, {}),
     "script": (dict, {}),
+    # provider = "openai": where the server is, and which variable holds its key.
+    "base_url": (str, None),
+    "api_key_env": (str, None),
 }
 SUB: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
     "tools": {
@@ -83,6 +91,8 @@ def normalize(data: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ProfileError(f"{where}: unknown key {key!r}")
         _check(where, key, value, TOP[key][0])
     for key, (_, default) in TOP.items():
+        if key in OPENAI_KEYS and key not in data:
+            continue  # no default: a snapshot of another provider's profile stays as it was
         out[key] = copy.deepcopy(data.get(key, default))
     if not out["model"]:
         raise ProfileError(f'{where}: a profile must name its model (add `model = "..."`)')
@@ -107,7 +117,31 @@ def normalize(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         _check(where, f"system.{key}", value, str)
     if out["provider"] == "command" and not out["command"]["argv"]:
         raise ProfileError(f'{where}: provider "command" needs command.argv')
+    _check_openai(out, where)
     return out
+
+
+def _check_openai(out: Mapping[str, Any], where: str) -> None:
+    given = [key for key in OPENAI_KEYS if key in out]
+    if given and out["provider"] != "openai":
+        raise ProfileError(
+            f'{where}: {given[0]!r} applies only to provider = "openai"'
+            f" (this profile's provider is {out['provider']!r})"
+        )
+    url = out.get("base_url")
+    if url is not None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ProfileError(
+                f"{where}: base_url must be an http(s) URL such as"
+                f' "http://localhost:11434/v1", got {url!r}'
+            )
+    env = out.get("api_key_env")
+    if env is not None and not _ENV_NAME.fullmatch(env):
+        raise ProfileError(
+            f"{where}: api_key_env must name an environment variable (such as"
+            f' "OPENAI_API_KEY"), got {env!r}; the key itself never goes in a profile'
+        )
 
 
 @dataclass(frozen=True)
@@ -184,7 +218,9 @@ def apply_overrides(profile: Profile, overrides: Sequence[str]) -> dict[str, Any
 
 
 # Keys whose value is a capability: a conversation's snapshot may only narrow them.
-_EQUAL_KEYS = ("provider", "command", "script", "workspace")
+# base_url and api_key_env too: a conversation's files must not send a request, and the
+# key with it, to a server the profile does not name.
+_EQUAL_KEYS = ("provider", "command", "script", "workspace", "base_url", "api_key_env")
 _SUBSET_KEYS = ("allow", "agents", "write", "command", "expose")
 
 
@@ -204,9 +240,9 @@ def admit(snapshot: Mapping[str, Any], profile: Profile) -> dict[str, Any]:
     overridable = {str(k).removeprefix("assistant.") for k in granted.get("overridable", [])}
     where = f"conversation.toml asks for more than profile {profile.name!r} grants"
     for key in _EQUAL_KEYS:
-        if key not in overridable and config[key] != granted[key]:
+        if key not in overridable and config.get(key) != granted.get(key):
             raise ProfileError(
-                f"{where}: {key} = {config[key]!r} (the profile has {granted[key]!r})"
+                f"{where}: {key} = {config.get(key)!r} (the profile has {granted.get(key)!r})"
             )
     if "model" not in overridable and config["model"] != granted["model"]:
         raise ProfileError(

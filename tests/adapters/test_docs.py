@@ -852,6 +852,39 @@ def load_profile(env: Env, text: str, name: str = "doc") -> Any:
     return profiles.load(agents, name)
 
 
+def readme_local_model(block: Block, env: Env) -> None:
+    """The local-model profile loads as documented, and runs: one model call through
+    the real openai SDK (no key set) against a local Chat Completions server standing
+    in for Ollama, its base_url the one thing changed."""
+    import threading
+
+    from jpfs.core import profiles
+    from jpfs.infra.providers.base import Request
+    from jpfs.services.run.runtime import make_provider
+    from tests.chat_server import ChatServer, chat_text
+
+    profile = load_profile(env, block.text, "local")
+    assert profile.config["provider"] == "openai"
+    assert profile.config["base_url"] == "http://localhost:11434/v1"
+    assert "api_key_env" not in profile.config
+    with pytest.MonkeyPatch.context() as patch, ChatServer() as server:
+        patch.delenv("OPENAI_API_KEY", raising=False)
+        patch.delenv("OPENAI_BASE_URL", raising=False)
+        server.enqueue(chat_text("hi from qwen"))
+        provider = make_provider({**profile.config, "base_url": server.url})
+        request = Request(
+            model=profile.model,
+            system=profiles.system_prompt(profile.config),
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=int(profile.config["max_tokens"]),
+            timeout=float(profile.config["timeout"]),
+        )
+        reply = provider.complete(request, threading.Event())
+        sent = server.requests[0]
+    assert reply.text == "hi from qwen"
+    assert sent.body["model"] == "qwen3:8b" and sent.headers["authorization"] == "Bearer unused"
+
+
 def agents_profile(block: Block, env: Env) -> None:
     """The profile, its ``...`` filled with the command tool shown in full below it."""
     from jpfs.errors import ProfileError
@@ -1193,7 +1226,7 @@ def cost_prices(block: Block, env: Env) -> None:
     assert prices.price_of("gpt-oss", table) is None
     doc = (ROOT / "protocol" / "cost.md").read_text(encoding="utf-8")
     shown: dict[str, prices.Price] = {}
-    for row in re.findall(r"^\| (`claude-.*)\|$", doc, re.M):
+    for row in re.findall(r"^\| (`(?:claude-|gpt-|o[0-9]).*)\|$", doc, re.M):
         names, *numbers = [cell.strip() for cell in row.split("|")]
         for name in re.findall(r"`([^`]+)`", names):
             shown[name] = prices.Price(*(float(n) for n in numbers))
@@ -1632,7 +1665,8 @@ DOCS: list[Entry] = [
     Entry("README.md", "004e26e7", "{", mcp_json),
     Entry("README.md", "4d1f05ec", "jpfs tools", readme_tools),
     Entry("README.md", "8ca48dd9", "git -C conversations log", readme_record),
-    Entry("protocol/agents.md", "3f555ecf", 'model = "claude-sonnet-4-6"', agents_profile),
+    Entry("README.md", "f85d29f7", 'model = "qwen3:8b"', readme_local_model),
+    Entry("protocol/agents.md", "272e14c3", 'model = "claude-sonnet-4-6"', agents_profile),
     Entry("protocol/secrets.md", "bb3f70e8", 'model = "claude-sonnet-4-6"', secrets_expose),
     Entry("protocol/secrets.md", "84193157", "jpfs scan", secrets_scan),
     Entry("protocol/cost.md", "9b03ddb3", '[prices."claude-sonnet-4-5"]', cost_prices),

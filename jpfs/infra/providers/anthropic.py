@@ -2,31 +2,20 @@
 
 The SDK is imported lazily (on the first ``complete``): importing it costs over a
 second, and commands that never call a model (``jpfs conversation ls``) must not pay.
-
-Retries are ours, not the SDK's (it gets ``max_retries=0``): the SDK sleeps between
-attempts with ``time.sleep`` and cannot be interrupted, while a cancelled run must stop
-within a fraction of a second, in a wait or mid-request. Each attempt runs in a worker
-thread on its own HTTP client; a cancel or a blown deadline shuts the attempt's sockets
-down, which wakes the worker at once (closing a socket does not wake a thread blocked
-reading it; ``shutdown`` does), so an abandoned attempt never outlives the call by more
-than a moment.
+Retries, backoff and aborting an attempt (cancel, deadline) are
+:mod:`jpfs.infra.providers.attempts`'s, shared with the ``openai`` provider.
 """
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
-import random
-import socket
 import threading
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from jpfs.errors import Cancelled, ProviderError
-from jpfs.infra.providers import anthropic_reply
+from jpfs.errors import ProviderError
+from jpfs.infra.providers import anthropic_reply, attempts
 from jpfs.infra.providers.base import JsonDict, Reply, Request
 
 if TYPE_CHECKING:
@@ -36,58 +25,6 @@ if TYPE_CHECKING:
     import httpx2
 
 CONVERSATION_HEADER = "x-jpfs-conversation"
-# How often a waiting caller looks at the cancel flag and the attempt's deadline.
-_POLL_SECONDS = 0.05
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """One failed attempt, before deciding whether to try again."""
-
-    message: str
-    retryable: bool
-    retry_after: float | None = None
-    cause: BaseException | None = None
-
-
-class _Connections:
-    """The sockets one attempt opened, so that they can be shut down from another thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._aborted = False
-
-    def on_request(self, request: httpx2.Request) -> None:
-        # httpx event hook: ask the connection pool to report the connections it opens.
-        request.extensions["trace"] = self._trace
-
-    def _trace(self, event: str, info: Mapping[str, Any]) -> None:
-        if event != "connection.connect_tcp.complete":
-            return
-        sock = info["return_value"].get_extra_info("socket")
-        if not isinstance(sock, socket.socket):
-            return
-        with self._lock:
-            self._sockets.append(sock)
-            aborted = self._aborted
-        if aborted:
-            # The attempt was abandoned while still connecting.
-            _shutdown(sock)
-
-    def abort(self) -> None:
-        with self._lock:
-            self._aborted = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shutdown(sock)
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed or never connected
 
 
 class AnthropicProvider:
@@ -137,35 +74,14 @@ class AnthropicProvider:
 
     def complete(self, request: Request, cancel: threading.Event) -> Reply:
         params = _request_params(request)
-        attempts = self.max_retries + 1
-        for attempt in range(1, attempts + 1):
-            if cancel.is_set():
-                raise Cancelled("cancelled")
-            outcome = self._attempt(params, request.timeout, cancel, request.on_text)
-            if isinstance(outcome, Reply):
-                return outcome
-            failure = outcome
-            if not failure.retryable or attempt == attempts:
-                break
-            delay = self._retry_delay(attempt, failure.retry_after)
-            if request.notify is not None:
-                request.notify(
-                    f"anthropic: {failure.message}; attempt {attempt + 1}/{attempts}"
-                    f" in {delay:.1f} s"
-                )
-            if cancel.wait(delay):
-                raise Cancelled("cancelled")
-        suffix = f" (gave up after {attempt} attempts)" if attempt > 1 else ""
-        raise ProviderError(f"anthropic: {failure.message}{suffix}") from failure.cause
-
-    def _retry_delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            # The server knows when it can take us again; jitter would only make us early
-            # or needlessly late. The cap keeps a bad header from parking the run for hours.
-            return min(max(retry_after, 0.0), self.max_retry_after)
-        delay = min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1))
-        # Jitter spreads the retries of parallel agents that failed together.
-        return delay * random.uniform(0.5, 1.0)
+        return attempts.retry(
+            "anthropic",
+            lambda: self._attempt(params, request.timeout, cancel, request.on_text),
+            retries=self.max_retries,
+            backoff=attempts.Backoff(self.backoff_base, self.backoff_max, self.max_retry_after),
+            cancel=cancel,
+            notify=request.notify,
+        )
 
     def _attempt(
         self,
@@ -173,52 +89,39 @@ class AnthropicProvider:
         timeout: float,
         cancel: threading.Event,
         on_text: Callable[[str], None] | None = None,
-    ) -> Reply | _Failure:
-        connections = _Connections()
+    ) -> Reply | attempts.Failure:
+        connections = attempts.Connections()
         client, http, http_timeout = self._attempt_client(connections, timeout)
-        box: dict[str, Any] = {}
-        done = threading.Event()
 
-        def work() -> None:
-            try:
-                if on_text is None:
-                    raw = client.messages.with_raw_response.create(**params, timeout=http_timeout)
-                    box["response"] = raw.http_response
-                    return
-                with client.messages.with_streaming_response.create(
-                    **params, stream=True, timeout=http_timeout
-                ) as streamed:
-                    box["reply"] = anthropic_reply.read_stream(
-                        streamed.status_code, streamed.iter_lines(), on_text
-                    )
-            except BaseException as exc:  # handed over to the calling thread
-                box["error"] = exc
-            finally:
-                done.set()
+        def work() -> Reply | httpx2.Response:
+            if on_text is None:
+                raw = client.messages.with_raw_response.create(**params, timeout=http_timeout)
+                return raw.http_response
+            with client.messages.with_streaming_response.create(
+                **params, stream=True, timeout=http_timeout
+            ) as streamed:
+                return anthropic_reply.read_stream(
+                    streamed.status_code, streamed.iter_lines(), on_text
+                )
 
-        worker = threading.Thread(target=work, name="jpfs-anthropic-request", daemon=True)
-        deadline = time.monotonic() + timeout
-        worker.start()
         try:
-            while not done.wait(_POLL_SECONDS):
-                if cancel.is_set():
-                    connections.abort()
-                    raise Cancelled("cancelled")
-                if time.monotonic() >= deadline:
-                    connections.abort()
-                    return _Failure(f"request timed out after {timeout:g} s", retryable=True)
-            worker.join()
+            outcome = attempts.in_worker(
+                work,
+                name="jpfs-anthropic-request",
+                connections=connections,
+                timeout=timeout,
+                cancel=cancel,
+            )
         finally:
             http.close()
-        if "error" in box:
-            return _classify(box["error"])
-        if "reply" in box:
-            reply: Reply = box["reply"]
-            return reply
-        return anthropic_reply.parse_reply(box["response"])
+        if isinstance(outcome, BaseException):
+            return _classify(outcome)
+        if isinstance(outcome, Reply | attempts.Failure):
+            return outcome
+        return anthropic_reply.parse_reply(outcome)
 
     def _attempt_client(
-        self, connections: _Connections, timeout: float
+        self, connections: attempts.Connections, timeout: float
     ) -> tuple[anthropic.Anthropic, httpx2.Client, httpx2.Timeout]:
         try:
             import anthropic
@@ -316,26 +219,26 @@ def mark_for_cache(params: JsonDict) -> None:
         return
 
 
-def _classify(exc: BaseException) -> _Failure:
+def _classify(exc: BaseException) -> attempts.Failure:
     import anthropic
 
     if isinstance(exc, anthropic.APIStatusError):
         return _status_failure(exc)
     if isinstance(exc, anthropic.APITimeoutError):
         which = f" ({type(exc.__cause__).__name__})" if exc.__cause__ is not None else ""
-        return _Failure(f"request timed out{which}", retryable=True, cause=exc)
+        return attempts.Failure(f"request timed out{which}", retryable=True, cause=exc)
     if isinstance(exc, anthropic.APIConnectionError):
         detail = f": {exc.__cause__}" if exc.__cause__ is not None else ""
-        return _Failure(
+        return attempts.Failure(
             anthropic_reply.one_line(f"connection error{detail}"), retryable=True, cause=exc
         )
     if isinstance(exc, anthropic.AnthropicError):
-        return _Failure(anthropic_reply.one_line(str(exc)), retryable=False, cause=exc)
+        return attempts.Failure(anthropic_reply.one_line(str(exc)), retryable=False, cause=exc)
     # Not the SDK's doing: a bug on our side, which must surface as itself.
     raise exc
 
 
-def _status_failure(exc: anthropic.APIStatusError) -> _Failure:
+def _status_failure(exc: anthropic.APIStatusError) -> attempts.Failure:
     status = exc.status_code
     headers = exc.response.headers
     should_retry = headers.get("x-should-retry")
@@ -351,32 +254,16 @@ def _status_failure(exc: anthropic.APIStatusError) -> _Failure:
     message = f"HTTP {status}" + (f" {kind}" if kind else "") + (f": {detail}" if detail else "")
     if exc.request_id:
         message += f" (request-id {exc.request_id})"
-    return _Failure(
-        anthropic_reply.one_line(message), retryable, retry_after=_retry_after(headers), cause=exc
+    return attempts.Failure(
+        anthropic_reply.one_line(message),
+        retryable,
+        retry_after=attempts.retry_after(headers),
+        cause=exc,
     )
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds the server asks us to wait: ``retry-after-ms``, or ``retry-after`` as
-    seconds or an HTTP date. None when absent or unreadable."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return float(millis) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return when.timestamp() - time.time()
+# The name tests knew it by, before it was shared.
+_retry_after = attempts.retry_after
 
 
 def load_sdk() -> None:

@@ -49,7 +49,7 @@ VERSION = 1
 MAX_LINE = 1 << 20  # a request line: a long query, never unbounded
 # Environment variables that change what a run does: config layers, the provider's key
 # and endpoint, commit identities, where trust and git config are read, programs found.
-ENV_PREFIXES = ("JPFS_", "ANTHROPIC_", "GIT_")
+ENV_PREFIXES = ("JPFS_", "ANTHROPIC_", "OPENAI_", "GIT_")
 ENV_NAMES = ("HOME", "XDG_CONFIG_HOME", "PATH")
 _SUN_PATH_MAX = 107  # bytes, without the trailing NUL
 

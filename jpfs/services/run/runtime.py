@@ -64,6 +64,13 @@ def make_provider(config: Mapping[str, Any]) -> Provider:
 
         cmd = config.get("command", {})
         return CommandProvider(list(cmd.get("argv", [])), timeout=float(cmd.get("timeout", 600)))
+    if kind == "openai":
+        from jpfs.infra.providers.openai import DEFAULT_KEY_ENV, OpenAIProvider
+
+        return OpenAIProvider(
+            base_url=config.get("base_url"),
+            api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV,
+        )
     from jpfs.infra.providers.anthropic import AnthropicProvider
 
     return AnthropicProvider()
@@ -105,7 +112,8 @@ class Runner:
         # Keyed by what the provider is built from, so a profile edited while the daemon
         # runs (a new argv, new script turns) gets a new provider, never the stale one.
         kind = str(config.get("provider"))
-        key = f"{kind}:{config.get('name')}:{json.dumps(config.get(kind), sort_keys=True)}"
+        built_from = [config.get(kind), config.get("base_url"), config.get("api_key_env")]
+        key = f"{kind}:{config.get('name')}:{json.dumps(built_from, sort_keys=True)}"
         if key not in self.providers:
             self.providers[key] = make_provider(config)
         return self.providers[key]
