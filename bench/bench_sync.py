@@ -2,17 +2,23 @@
 takeover latency, sync lag.
 
 Usage: python bench/bench_sync.py [--quick] [--conversations N] [--turn S]
+                                  [--transport git|http|file]
 
-Everything is the real runtime path: a bare repository as the remote, one clone per
+Everything is the real runtime path: a bare repository as the remote, served over a
+real network transport on 127.0.0.1 (``git daemon``: ``git://``, the default; or smart
+HTTP: ``git http-backend``; or ``file`` for a local path), one clone per
 daemon (real ``jpfs daemon start`` processes, ``sync.remote = "origin"``), a writer
 clone without a daemon that creates the conversations and sends them with
 ``jpfs sync``, and the real anthropic SDK talking to ``tests/messages_server.py``,
 whose model takes ``--turn`` seconds (0.2) per answer so that agents overlap as with a
 real model.
 
-* throughput: N conversations (300) from one ``jpfs sync`` until the remote's record
+* throughput: N conversations (36) from one ``jpfs sync`` until the remote's record
   holds every ``result.md``; with 1, 2 and 3 daemons (4 agents each); the scaling
-  ratio is each throughput over the one-daemon throughput measured in the same run.
+  ratio is each throughput over the one-daemon throughput measured in the same run,
+  against the ideal (waves of 4 turns per daemon, times the turn). Beside it, one daemon
+  that shares nothing (the same tasks written into its own clone), and where each
+  sharing daemon's sync time went (``daemon status``'s ``sync.timings``, summed).
 * takeover: a daemon is SIGKILLed while its model call hangs; the time from the kill
   to the surviving daemon's model request for the same conversation (the lease is 3 s).
 * sync lag: a file written in one daemon clone's conversation, until it appears in the
@@ -24,12 +30,15 @@ real model.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +77,28 @@ def jpfs(cwd: Path, *args: str, env: dict[str, str] | None = None) -> bytes:
     return proc.stdout
 
 
-def setup(base: Path, daemons: int) -> tuple[Path, list[Path], Path]:
+def serve(base: Path, transport: str, stack: ExitStack) -> str:
+    """A bare repository under ``base``, served by ``transport``: its URL."""
+    from tests.gitservers import GitDaemon, SmartHttp
+
+    srv = base / "srv"
+    srv.mkdir(parents=True)
+    git(base, "init", "-q", "--bare", "-b", "main", str(srv / "remote.git"))
+    if transport == "file":
+        return str(srv / "remote.git")
+    server = GitDaemon(srv) if transport == "git" else SmartHttp(srv)
+    stack.enter_context(server.start(probe="remote.git"))
+    return server.url("remote.git")
+
+
+def setup(
+    base: Path, daemons: int, transport: str, stack: ExitStack, share: bool = True
+) -> tuple[Path, list[Path], Path]:
     base.mkdir(parents=True)
-    remote = base / "remote.git"
-    git(base, "init", "-q", "--bare", "-b", "main", str(remote))
+    remote_url = serve(base, transport, stack)
+    remote = base / "srv" / "remote.git"
     seed = base / "seed"
-    git(base, "clone", "-q", str(remote), str(seed))
+    git(base, "clone", "-q", remote_url, str(seed))
     (seed / "README.md").write_text("# bench\n", encoding="utf-8")
     git(seed, "add", "README.md")
     git(seed, "commit", "-q", "-m", "initial")
@@ -82,22 +107,31 @@ def setup(base: Path, daemons: int) -> tuple[Path, list[Path], Path]:
     for key, value in [
         ("conversations.default_agent", "bench"),
         ("agents.allowed", '["bench"]'),
-        ("sync.remote", "origin"),
-        ("sync.interval", str(INTERVAL)),
-        ("sync.lease", str(LEASE)),
+        *(
+            [
+                ("sync.remote", "origin"),
+                ("sync.interval", str(INTERVAL)),
+                ("sync.lease", str(LEASE)),
+            ]
+            if share
+            else []
+        ),
     ]:
         jpfs(seed, "config", "set", key, value)
     git(seed, "add", "-A")
     git(seed, "commit", "-q", "-m", "bench setup")
     git(seed, "push", "-q", "origin", "main")
-    jpfs(seed, "sync")
+    if share:
+        jpfs(seed, "sync")
     clones = []
     for i in range(daemons):
         path = base / f"d{i + 1}"
-        git(base, "clone", "-q", str(remote), str(path))
+        git(base, "clone", "-q", remote_url, str(path))
+        if not share:
+            jpfs(path, "init")  # no shared record: its own
         clones.append(path)
     writer = base / "writer"
-    git(base, "clone", "-q", str(remote), str(writer))
+    git(base, "clone", "-q", remote_url, str(writer))
     return remote, clones, writer
 
 
@@ -126,29 +160,49 @@ def wait(predicate: Any, timeout: float, what: str, every: float = 0.05) -> None
         tick.wait(every)
 
 
-def throughput(base: Path, server: Any, daemons: int, count: int) -> float:
-    remote, clones, writer = setup(base, daemons)
-    try:
-        for ws in clones:
-            start(ws, server.url)
-        for i in range(count):
-            conv = writer / "conversations" / f"t-{i:04d}"
-            conv.mkdir(parents=True)
-            (conv / "task.md").write_text(f"# Task {i}\n\nSay hello.\n", encoding="utf-8")
-        t0 = time.perf_counter()
-        jpfs(writer, "sync")
-        wait(lambda: results_on(remote) >= count, 900, f"{count} results", every=0.2)
-        return time.perf_counter() - t0
-    finally:
-        for ws in clones:
-            stop(ws)
+def sync_timings(ws: Path) -> dict[str, dict[str, float]]:
+    status = json.loads(jpfs(ws, "daemon", "status", "--format", "json"))
+    return dict(status.get("sync", {}).get("timings", {}))
 
 
-def takeover(base: Path, server: Any) -> float:
+def throughput(
+    base: Path, server: Any, daemons: int, count: int, transport: str, share: bool = True
+) -> tuple[float, dict[str, dict[str, float]]]:
+    """Seconds until every result is on the remote (or, not sharing, in the daemon's own
+    record), and the daemons' sync timings summed."""
+    with ExitStack() as stack:
+        remote, clones, writer = setup(base, daemons, transport, stack, share)
+        try:
+            for ws in clones:
+                start(ws, server.url)
+            into = writer if share else clones[0]
+            for i in range(count):
+                conv = into / "conversations" / f"t-{i:04d}"
+                conv.mkdir(parents=True)
+                (conv / "task.md").write_text(f"# Task {i}\n\nSay hello.\n", encoding="utf-8")
+            t0 = time.perf_counter()
+            if share:
+                jpfs(writer, "sync")
+            where = remote if share else clones[0]
+            wait(lambda: results_on(where) >= count, 900, f"{count} results", every=0.05)
+            took = time.perf_counter() - t0
+            summed: dict[str, dict[str, float]] = {}
+            for ws in clones if share else []:
+                for step, value in sync_timings(ws).items():
+                    into_step = summed.setdefault(step, {"count": 0, "seconds": 0.0})
+                    into_step["count"] += value["count"]
+                    into_step["seconds"] += value["seconds"]
+            return took, summed
+        finally:
+            for ws in clones:
+                stop(ws)
+
+
+def takeover(base: Path, server: Any, transport: str, stack: ExitStack) -> float:
     """Seconds from SIGKILL of a daemon in a model call to the survivor's same call."""
     from tests.messages_server import text_reply
 
-    _remote, clones, writer = setup(base, 2)
+    _remote, clones, writer = setup(base, 2, transport, stack)
     gate = threading.Event()
     calls: list[float] = []
 
@@ -176,8 +230,8 @@ def takeover(base: Path, server: Any) -> float:
             stop(ws)
 
 
-def lag(base: Path, server: Any, samples: int) -> list[float]:
-    remote, clones, writer = setup(base, 2)
+def lag(base: Path, server: Any, samples: int, transport: str, stack: ExitStack) -> list[float]:
+    remote, clones, writer = setup(base, 2, transport, stack)
     a, b = clones
     try:
         for ws in clones:
@@ -205,49 +259,75 @@ def lag(base: Path, server: Any, samples: int) -> list[float]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
-    parser.add_argument("--conversations", type=int, default=None, help="conversations (300)")
-    parser.add_argument("--turn", type=float, default=0.2, help="model turn, seconds (0.2)")
+    parser.add_argument("--conversations", type=int, default=None, help="conversations (36)")
+    parser.add_argument("--turn", type=float, default=None, help="model turn, seconds (2)")
     parser.add_argument("--samples", type=int, default=None, help="sync lag samples (30)")
+    parser.add_argument("--transport", choices=("git", "http", "file"), default="git")
+    parser.add_argument("--daemons", type=int, default=3, help="most daemons measured (3)")
     args = parser.parse_args(argv)
-    count = args.conversations or (60 if args.quick else 300)
+    count = args.conversations or (24 if args.quick else 36)
+    turn = args.turn if args.turn is not None else (1.0 if args.quick else 2.0)
     samples = args.samples or (10 if args.quick else 30)
     pin_environment()
     print_machine()
     from tests.messages_server import MessagesServer, text_reply
 
-    results: dict[str, Any] = {"conversations": count, "turn_s": args.turn}
-    with temp_dir("jpfs-bench-sync-") as base, MessagesServer() as server:
+    results: dict[str, Any] = {"conversations": count, "turn_s": turn, "transport": args.transport}
+    with temp_dir("jpfs-bench-sync-") as base, MessagesServer() as server, ExitStack() as stack:
         use_bytecode_cache(base / "pycache")
-        turn = args.turn
         server.responder = lambda request: (time.sleep(turn), text_reply("Done."))[1]
-        rows = []
+        alone, _ = throughput(base / "alone", server, 1, count, args.transport, share=False)
+        rows = [["1, not sharing", f"{alone:.1f} s", f"{count / alone:.2f}/s", "", "", ""]]
         took: dict[int, float] = {}
-        for daemons in (1, 2, 3):
-            took[daemons] = throughput(base / f"tp{daemons}", server, daemons, count)
-            rate = count / took[daemons]
-            ideal = count * turn / (4 * daemons)
+        spent: dict[int, dict[str, dict[str, float]]] = {}
+        for daemons in range(1, args.daemons + 1):
+            took[daemons], spent[daemons] = throughput(
+                base / f"tp{daemons}", server, daemons, count, args.transport
+            )
+            ideal = math.ceil(count / (4 * daemons)) * turn
             rows.append(
                 [
-                    daemons,
+                    str(daemons),
                     f"{took[daemons]:.1f} s",
-                    f"{rate:.1f}/s",
+                    f"{count / took[daemons]:.2f}/s",
                     f"{took[1] / took[daemons]:.2f}x",
                     f"{ideal:.1f} s",
+                    f"{took[daemons] / ideal:.2f}x",
                 ]
             )
         print_table(
-            f"{count} conversations, model turn {turn * 1000:.0f} ms, 4 agents per daemon",
-            ["daemons", "all results on the remote", "throughput", "speed-up vs 1", "ideal"],
+            f"{count} conversations, model turn {turn:g} s, 4 agents per daemon,"
+            f" remote over {args.transport}",
+            ["daemons", "all results on the remote", "throughput", "speed-up vs 1", "ideal",
+             "over ideal"],
             rows,
+        )  # fmt: skip
+        steps = sorted({step for found in spent.values() for step in found})
+        print_table(
+            "sync time, all daemons summed: count / seconds",
+            ["daemons", *steps],
+            [
+                [str(n)]
+                + [
+                    f"{int(found.get(s, {}).get('count', 0))} / "
+                    f"{found.get(s, {}).get('seconds', 0.0):.2f}"
+                    for s in steps
+                ]
+                for n, found in spent.items()
+            ],
         )
+        results["alone_s"] = alone
         results["throughput"] = {
             str(n): {"seconds": t, "per_s": count / t} for n, t in took.items()
         }
         results["scaling"] = {str(n): took[1] / t for n, t in took.items()}
+        results["timings"] = {str(n): found for n, found in spent.items()}
+        if args.quick:
+            return results
         server.responder = lambda request: text_reply("Done.")
-        results["takeover_s"] = takeover(base / "takeover", server)
+        results["takeover_s"] = takeover(base / "takeover", server, args.transport, stack)
         server.responder = lambda request: text_reply("Done.")
-        lags = lag(base / "lag", server, samples)
+        lags = lag(base / "lag", server, samples, args.transport, stack)
         results["lag_p50_s"] = percentile(lags, 50)
         results["lag_p99_s"] = percentile(lags, 99)
         print_table(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -102,6 +104,10 @@ def render(data: dict[str, Any]) -> str:
         )
         for path in sync.get("conflicts") or []:
             lines.append(f"  conflict kept beside: {path}")
+        if sync.get("unreachable_since"):
+            since = datetime.fromtimestamp(sync["unreachable_since"]).strftime("%H:%M:%S")
+            away = _duration(time.time() - sync["unreachable_since"])
+            lines.append(f"  remote unreachable since {since} ({away}); work goes on locally")
         if sync.get("last_error"):
             lines.append(f"  sync error: {sync['last_error']}")
     for path, why in sorted((data.get("policy") or {}).items()):

@@ -14,10 +14,11 @@ one cycle by hand.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
 from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
 from jpfs.services.sync.record import Integration, integrate
+from jpfs.services.sync.timings import Timings
 
 log = logging.getLogger("jpfs.services.sync")
 
@@ -51,6 +53,8 @@ class SyncStats:
     last_fetch: float = 0.0  # wall clock, for status
     last_push: float = 0.0
     last_error: str = ""
+    # Since when (wall clock) no fetch or push reached the remote; 0 while it answers.
+    unreachable_since: float = 0.0
     conflicts: list[str] = field(default_factory=list)
     peers: dict[str, int] = field(default_factory=dict)  # machine -> leases held
 
@@ -86,6 +90,7 @@ class SyncEngine:
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
         self.book = LeaseBook(self.repo, self.machine, self.incarnation, lease)
         self.stats = SyncStats()
+        self.timings = Timings()
         self.on_lost = on_lost or (lambda conv_id: None)
         self.wake = threading.Event()
         self._cycle = threading.RLock()  # one fetch-integrate-push at a time in this process
@@ -126,14 +131,15 @@ class SyncEngine:
                 return Integration("up-to-date")  # the remote has no record yet: our push makes it
             forfeit = sorted(self.book.forfeited)
             prefixes = [f"{cid}/" for cid in forfeit]
-            outcome = integrate(
-                self.ws.conv_root,
-                self.branch,
-                theirs,
-                remote=self.remote,
-                forfeit=prefixes,
-                aside=self.ws.local_dir / "forfeited",
-            )
+            with self.timings.step("integrate"):
+                outcome = integrate(
+                    self.ws.conv_root,
+                    self.branch,
+                    theirs,
+                    remote=self.remote,
+                    forfeit=prefixes,
+                    aside=self.ws.local_dir / "forfeited",
+                )
             if outcome.kind == "merge":
                 self.stats.merges += 1
             if outcome.kind in ("merge", "fast-forward", "up-to-date"):
@@ -166,12 +172,13 @@ class SyncEngine:
             f"+refs/heads/{self.branch}:{self.track_record}",
             f"+{LEASE_NS}*:{self.track_leases}*",
         ]
-        try:
-            gitremote.fetch(self.repo, self.remote, specs)
-        except GitError as exc:
-            if "couldn't find remote ref" not in str(exc):
-                raise
-            gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
+        with self.timings.step("fetch"), self._reaching():
+            try:
+                gitremote.fetch(self.repo, self.remote, specs)
+            except GitError as exc:
+                if "couldn't find remote ref" not in str(exc):
+                    raise
+                gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
         listed = git.run(
             self.repo,
             [
@@ -230,7 +237,8 @@ class SyncEngine:
                         updates.append(Update(lease.ref, oid, lease.oid))
             if not updates:
                 return True
-            result = gitremote.push(self.repo, self.remote, updates)
+            with self.timings.step("push" if send else "renew"), self._reaching():
+                result = gitremote.push(self.repo, self.remote, updates)
             if result.ok:
                 if send:
                     self._scanned.clear()  # pushed: theirs holds it now, never scanned again
@@ -249,6 +257,17 @@ class SyncEngine:
                 if remote.get(lease.ref) != lease.oid and self.book.get(lease.conv_id) is lease:
                     self._lose(lease.conv_id, "another machine holds it now")
             return False
+
+    @contextlib.contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """A fetch or push: remember since when the remote has not answered."""
+        try:
+            yield
+        except GitError:
+            if not self.stats.unreachable_since:
+                self.stats.unreachable_since = time.time()
+            raise
+        self.stats.unreachable_since = 0.0
 
     def _lose(self, conv_id: str, why: str) -> None:
         log.warning(
@@ -272,11 +291,13 @@ class SyncEngine:
             self.stats.claims_lost += 1
             return False
         oid, seq = self.book.make(conv_id)
-        result = gitremote.push(
-            self.repo, self.remote, [Update(ref, oid, seen.oid if seen else None)]
-        )
+        with self.timings.step("claim"):
+            result = gitremote.push(
+                self.repo, self.remote, [Update(ref, oid, seen.oid if seen else None)]
+            )
         if not result.ok:
             self.stats.claims_lost += 1
+            self.timings.add("lost", 0.0)
             return False
         if seen is not None:
             self.stats.takeovers += 1
@@ -291,7 +312,8 @@ class SyncEngine:
         try:
             # The previous holder pushed its work before (or with) giving the lease
             # back: act only on the files as the remote has them.
-            outcome = self.pull_since(claimed)
+            with self.timings.step("claim-pull"):
+                outcome = self.pull_since(claimed)
             pause = threading.Event()
             for delay in _BUSY_RETRIES:
                 if outcome.kind != "busy":
@@ -390,4 +412,6 @@ class SyncEngine:
             "merges": self.stats.merges,
             "conflicts": self.stats.conflicts,
             "last_error": self.stats.last_error,
+            "unreachable_since": self.stats.unreachable_since or None,
+            "timings": self.timings.snapshot(),
         }

@@ -1,0 +1,42 @@
+"""Where a sync engine's time goes: count and seconds per step, for status and bench/.
+
+The steps are the ones that wait on the remote or on the record: ``fetch``,
+``integrate`` (a peer's record merged into ours), ``push`` (record and leases),
+``claim`` (the compare-and-swap push of a lease), ``claim-pull`` (bringing the files up
+to date after a claim, shared by claims made together) and ``lost`` (claims the remote
+refused). ``jpfs daemon status --format json`` shows them under ``sync.timings``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class Timings:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steps: dict[str, list[float]] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add(name, time.monotonic() - started)
+
+    def add(self, name: str, seconds: float) -> None:
+        with self._lock:
+            found = self._steps.setdefault(name, [0, 0.0])
+            found[0] += 1
+            found[1] += seconds
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            return {
+                name: {"count": int(count), "seconds": round(seconds, 3)}
+                for name, (count, seconds) in sorted(self._steps.items())
+            }

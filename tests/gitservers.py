@@ -1,0 +1,235 @@
+"""Real network git remotes on 127.0.0.1, for tests and benchmarks.
+
+* :class:`GitDaemon`: ``git daemon`` serving a directory of bare repositories over
+  ``git://`` with pushes enabled.
+* :class:`SmartHttp`: ``git http-backend`` (git's smart HTTP CGI program) behind a
+  threaded HTTP server of the standard library, pushes enabled.
+
+Both are context managers; ``url(name)`` is the URL of ``root/name``. ``stop()`` ends
+the server and everything it started and checks that it ended; ``pause()`` and
+``resume()`` take the remote away and bring it back on the same port (a remote that
+goes away, as a network does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+_READY_TIMEOUT = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_reachable(url: str, timeout: float = _READY_TIMEOUT) -> None:
+    """Until ``git ls-remote url`` answers (the server is up), or fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    last = ""
+    while time.monotonic() < deadline:
+        done = subprocess.run(
+            ["git", "ls-remote", url], capture_output=True, text=True, timeout=timeout
+        )
+        if done.returncode == 0:
+            return
+        last = done.stderr.strip()
+        tick.wait(0.05)
+    raise RuntimeError(f"git server at {url} did not come up: {last}")
+
+
+class GitDaemon:
+    """``git daemon`` on 127.0.0.1 serving the bare repositories under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, name: str) -> str:
+        return f"git://127.0.0.1:{self.port}/{name}"
+
+    def start(self, probe: str | None = None) -> GitDaemon:
+        self._proc = subprocess.Popen(
+            [
+                "git", "daemon", "--reuseaddr", "--export-all", "--informative-errors",
+                "--enable=receive-pack", f"--base-path={self.root}", "--listen=127.0.0.1",
+                f"--port={self.port}", str(self.root),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its per-connection children go with it (killpg)
+        )  # fmt: skip
+        if probe is not None:
+            wait_reachable(self.url(probe))
+        return self
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        assert proc.poll() is not None, "git daemon did not stop"
+
+    pause = stop
+
+    def resume(self, probe: str | None = None) -> None:
+        self.start(probe)
+
+    def __enter__(self) -> GitDaemon:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class _CgiHandler(http.server.BaseHTTPRequestHandler):
+    """One request to ``git http-backend``: CGI variables in, its headers and body out."""
+
+    server: _GitHttpServer
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self._backend()
+
+    def do_POST(self) -> None:
+        self._backend()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet: a test's output is its own
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _backend(self) -> None:
+        path, _, query = self.path.partition("?")
+        body = self._body()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GIT_PROJECT_ROOT": str(self.server.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "REMOTE_USER": "jpfs-test",  # lets http-backend accept pushes
+            "REMOTE_ADDR": "127.0.0.1",
+            "REQUEST_METHOD": self.command,
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "GATEWAY_INTERFACE": "CGI/1.1",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+        }
+        for header, var in (
+            ("Content-Encoding", "HTTP_CONTENT_ENCODING"),
+            ("Git-Protocol", "HTTP_GIT_PROTOCOL"),
+        ):
+            if self.headers.get(header):
+                env[var] = self.headers[header]
+        done = subprocess.run(
+            ["git", "http-backend"], input=body, env=env, capture_output=True, timeout=120
+        )
+        head, _, payload = done.stdout.partition(b"\r\n\r\n")
+        if not _:
+            head, _, payload = done.stdout.partition(b"\n\n")
+        status = 200
+        headers: list[tuple[str, str]] = []
+        for line in head.decode("latin-1").splitlines():
+            name, _, value = line.partition(":")
+            if name.lower() == "status":
+                status = int(value.strip().split()[0])
+            elif name:
+                headers.append((name, value.strip()))
+        if done.returncode != 0 and not head:
+            status, payload = 500, done.stderr
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() != "content-length":
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+class _GitHttpServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    root: Path
+
+
+class SmartHttp:
+    """``git http-backend`` behind an HTTP server on 127.0.0.1, for the repos under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self._httpd: _GitHttpServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def start(self, probe: str | None = None) -> SmartHttp:
+        httpd = _GitHttpServer(("127.0.0.1", self.port), _CgiHandler)
+        httpd.root = self.root
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        if probe is not None:
+            wait_reachable(self.url(probe))
+        return self
+
+    def stop(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(10)
+            assert not self._thread.is_alive(), "the HTTP git server did not stop"
+
+    pause = stop
+
+    def resume(self, probe: str | None = None) -> None:
+        self.start(probe)
+
+    def __enter__(self) -> SmartHttp:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

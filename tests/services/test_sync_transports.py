@@ -1,0 +1,172 @@
+"""The shared record over real network transports, and a remote that goes away.
+
+The remote is a bare repository served on 127.0.0.1 by ``git daemon`` (``git://``) or
+by ``git http-backend`` behind an HTTP server (smart HTTP), both started here
+(:mod:`tests.gitservers`). Real daemons on their own clones share the work; every model
+turn is counted at the local Messages API server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, use_only_agent, wait_until
+from tests.gitservers import GitDaemon, SmartHttp
+from tests.messages_server import MessagesServer, last_user_text, text_reply
+from tests.services.test_sync_machines import (
+    AGENT,
+    TASK_RE,
+    assistant_turns,
+    fsck,
+    jpfs,
+    key_of,
+    start_daemon,
+    status,
+    stop_daemon,
+)
+
+CONVERSATIONS = 12
+LEASE = 8.0
+
+Server = GitDaemon | SmartHttp
+
+
+@pytest.fixture(params=["git", "http"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    srv = tmp_path / "srv"
+    srv.mkdir()
+    git(srv, "init", "-q", "--bare", "-b", "main", "remote.git")
+    server: Server = GitDaemon(srv) if request.param == "git" else SmartHttp(srv)
+    with server.start(probe="remote.git"):
+        yield server
+
+
+def seed(tmp_path: Path, url: str) -> None:
+    """The project's branch and a record configured for sync, pushed over ``url``."""
+    seed = tmp_path / "seed"
+    git(tmp_path, "clone", "-q", url, str(seed))
+    (seed / "README.md").write_text("# project\n", encoding="utf-8")
+    git(seed, "add", "README.md")
+    git(seed, "commit", "-q", "-m", "initial")
+    jpfs(seed, "init")
+    use_only_agent(seed, "syncer", AGENT)
+    for key, value in (("sync.remote", "origin"), ("sync.interval", "0.3")):
+        jpfs(seed, "config", "set", key, value)
+    jpfs(seed, "config", "set", "sync.lease", str(LEASE))
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "share the record through origin")
+    git(seed, "push", "-q", "origin", "main")
+    jpfs(seed, "sync")
+
+
+def clone(tmp_path: Path, url: str, name: str) -> Path:
+    git(tmp_path, "clone", "-q", url, str(tmp_path / name))
+    return tmp_path / name
+
+
+def results_on(remote: Path) -> set[str]:
+    listed = git(remote, "ls-tree", "-r", "--name-only", "jpfs-record")
+    return {line.split("/")[0] for line in listed.splitlines() if line.endswith("/result.md")}
+
+
+def write_tasks(writer: Path, count: int) -> None:
+    for number in range(count):
+        conv = writer / "conversations" / f"t-{number:03d}"
+        conv.mkdir(parents=True)
+        (conv / "task.md").write_text(f"# Task {number}\n\nSay hello.\n", encoding="utf-8")
+
+
+@pytest.mark.timeout(600)
+def test_two_daemons_share_the_work_over_a_network_remote(
+    tmp_path: Path, served: Server, api_env: MessagesServer
+) -> None:
+    api_env.responder = lambda request: text_reply("Done.", delay=0.05)  # type: ignore[assignment]
+    url = served.url("remote.git")
+    remote = served.root / "remote.git"
+    seed(tmp_path, url)
+    daemons = [clone(tmp_path, url, f"d{i}") for i in (1, 2)]
+    writer = clone(tmp_path, url, "writer")
+    try:
+        for ws in daemons:
+            start_daemon(ws, f"key-{ws.name}")
+        write_tasks(writer, CONVERSATIONS)
+        jpfs(writer, "sync")
+        wait_until(
+            lambda: len(results_on(remote)) == CONVERSATIONS,
+            timeout=300,
+            interval=0.2,
+            message="every result on the remote",
+        )
+        for ws in daemons:
+            wait_until(lambda ws=ws: status(ws)["sync"]["ahead"] == 0, timeout=60)  # type: ignore[index]
+    finally:
+        for ws in daemons:
+            stop_daemon(ws)
+    # Each turn reached the model once, and the record holds it once.
+    asked = [int(TASK_RE.search(last_user_text(r.body)).group(1)) for r in api_env.requests]  # type: ignore[union-attr]
+    assert sorted(asked) == list(range(CONVERSATIONS))
+    assert {key_of(r) for r in api_env.requests} <= {"key-d1", "key-d2"}
+    jpfs(writer, "sync")
+    for number in range(CONVERSATIONS):
+        assert assistant_turns(writer, number) == 1, number
+    for path in [*daemons, writer, remote]:
+        fsck(path)
+
+
+@pytest.mark.timeout(600)
+def test_a_remote_that_goes_away_and_comes_back(
+    tmp_path: Path, served: Server, api_env: MessagesServer
+) -> None:
+    gate = threading.Event()
+
+    def respond(request: dict[str, object]) -> object:
+        gate.wait(120)  # the turn is in flight while the remote goes away
+        return text_reply("Done.")
+
+    api_env.responder = respond  # type: ignore[assignment]
+    url = served.url("remote.git")
+    remote = served.root / "remote.git"
+    seed(tmp_path, url)
+    ws = clone(tmp_path, url, "d1")
+    writer = clone(tmp_path, url, "writer")
+    try:
+        start_daemon(ws, "key-d1")
+        write_tasks(writer, 1)
+        jpfs(writer, "sync")
+        wait_until(lambda: len(api_env.requests) == 1, timeout=120, message="the turn to start")
+        served.pause()
+        # The cycles fail from now on: status says so, with since when.
+        wait_until(
+            lambda: status(ws)["sync"]["unreachable_since"],  # type: ignore[index]
+            timeout=60,
+            message="status to say the remote is unreachable",
+        )
+        shown = jpfs(ws, "daemon", "status")
+        assert re.search(r"remote unreachable since \d\d:\d\d:\d\d", shown), shown
+        gate.set()  # the claimed turn finishes while the remote is away
+        wait_until(
+            lambda: (ws / "conversations" / "t-000" / "result.md").exists(),
+            timeout=120,
+            message="the result, committed here",
+        )
+        assert results_on(remote) == set()
+        served.resume(probe="remote.git")
+        wait_until(
+            lambda: results_on(remote) == {"t-000"}, timeout=120, message="the result pushed"
+        )
+        wait_until(lambda: not status(ws)["sync"]["unreachable_since"], timeout=60)  # type: ignore[index]
+        data = json.loads(jpfs(ws, "daemon", "status", "--format", "json"))
+        assert data["sync"]["leases_held"] == []
+    finally:
+        gate.set()
+        stop_daemon(ws)
+    assert len(api_env.requests) == 1  # nothing ran twice
+    jpfs(writer, "sync")
+    assert assistant_turns(writer, 0) == 1
+    fsck(remote)
