@@ -166,7 +166,13 @@ def sync_timings(ws: Path) -> dict[str, dict[str, float]]:
 
 
 def throughput(
-    base: Path, server: Any, daemons: int, count: int, transport: str, share: bool = True
+    base: Path,
+    server: Any,
+    daemons: int,
+    count: int,
+    transport: str,
+    turn: float,
+    share: bool = True,
 ) -> tuple[float, dict[str, dict[str, float]]]:
     """Seconds until every result is on the remote (or, not sharing, in the daemon's own
     record), and the daemons' sync timings summed."""
@@ -180,13 +186,18 @@ def throughput(
                 conv = into / "conversations" / f"t-{i:04d}"
                 conv.mkdir(parents=True)
                 (conv / "task.md").write_text(f"# Task {i}\n\nSay hello.\n", encoding="utf-8")
-            t0 = time.perf_counter()
+            t0 = time.monotonic()
             if share:
                 jpfs(writer, "sync")
             where = remote if share else clones[0]
             wait(lambda: results_on(where) >= count, 900, f"{count} results", every=0.05)
-            took = time.perf_counter() - t0
-            summed: dict[str, dict[str, float]] = {}
+            took = time.monotonic() - t0
+            asked = sorted(r.received_at for r in server.requests if r.received_at >= t0)
+            # Until the first model call, and from the last call's answer to the end.
+            summed: dict[str, dict[str, float]] = {
+                "(first call)": {"count": 1, "seconds": asked[0] - t0},
+                "(after last)": {"count": 1, "seconds": t0 + took - asked[-1] - turn},
+            }
             for ws in clones if share else []:
                 for step, value in sync_timings(ws).items():
                     into_step = summed.setdefault(step, {"count": 0, "seconds": 0.0})
@@ -276,13 +287,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with temp_dir("jpfs-bench-sync-") as base, MessagesServer() as server, ExitStack() as stack:
         use_bytecode_cache(base / "pycache")
         server.responder = lambda request: (time.sleep(turn), text_reply("Done."))[1]
-        alone, _ = throughput(base / "alone", server, 1, count, args.transport, share=False)
+        alone, spent_alone = throughput(
+            base / "alone", server, 1, count, args.transport, turn, share=False
+        )
         rows = [["1, not sharing", f"{alone:.1f} s", f"{count / alone:.2f}/s", "", "", ""]]
         took: dict[int, float] = {}
         spent: dict[int, dict[str, dict[str, float]]] = {}
         for daemons in range(1, args.daemons + 1):
             took[daemons], spent[daemons] = throughput(
-                base / f"tp{daemons}", server, daemons, count, args.transport
+                base / f"tp{daemons}", server, daemons, count, args.transport, turn
             )
             ideal = math.ceil(count / (4 * daemons)) * turn
             rows.append(
@@ -302,12 +315,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              "over ideal"],
             rows,
         )  # fmt: skip
+        spent = {0: spent_alone, **spent}
         steps = sorted({step for found in spent.values() for step in found})
         print_table(
             "sync time, all daemons summed: count / seconds",
             ["daemons", *steps],
             [
-                [str(n)]
+                [str(n) if n else "1, not sharing"]
                 + [
                     f"{int(found.get(s, {}).get('count', 0))} / "
                     f"{found.get(s, {}).get('seconds', 0.0):.2f}"
@@ -321,7 +335,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             str(n): {"seconds": t, "per_s": count / t} for n, t in took.items()
         }
         results["scaling"] = {str(n): took[1] / t for n, t in took.items()}
-        results["timings"] = {str(n): found for n, found in spent.items()}
+        results["timings"] = {str(n) if n else "alone": found for n, found in spent.items()}
         if args.quick:
             return results
         server.responder = lambda request: text_reply("Done.")

@@ -139,6 +139,7 @@ class Daemon:
                 fail=self.fail,
             )
             self.reconciler.shared = True
+            self.reconciler.spread = self.shared.engine.incarnation
 
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(

@@ -93,7 +93,12 @@ class SyncEngine:
         self.timings = Timings()
         self.on_lost = on_lost or (lambda conv_id: None)
         self.wake = threading.Event()
-        self._cycle = threading.RLock()  # one fetch-integrate-push at a time in this process
+        # One pull (fetch + integrate) at a time, one push at a time, one fetch at a time
+        # (git locks the tracking refs it writes); never one lock over a whole cycle: a
+        # claim waits for a pull begun after it, not for a push in flight or retried.
+        self._pulling = threading.RLock()
+        self._pushing = threading.RLock()
+        self._fetching = threading.Lock()
         self.refusal: dict[str, str] = {}  # why the last claim of a conversation failed
         self._pull_started = float("-inf")
         self._last_pull: Integration | None = None
@@ -106,24 +111,23 @@ class SyncEngine:
     # -- one cycle ---------------------------------------------------------------------------
     def sync_once(self, *, push: bool = True) -> Integration:
         """Fetch, integrate, push (retrying when a peer pushed in between)."""
-        with self._cycle:
-            outcome = self.pull()
-            if not push:
+        outcome = self.pull()
+        if not push:
+            return outcome
+        for _attempt in range(_PUSH_ATTEMPTS):
+            if self.push(record=outcome.kind != "busy"):
                 return outcome
-            for _attempt in range(_PUSH_ATTEMPTS):
-                if self.push(record=outcome.kind != "busy"):
-                    return outcome
-                # Peers pushed first. Our leases must not lapse while we catch up:
-                # renewals alone never race anyone's record.
-                self.push(record=False)
-                outcome = self.pull()
-            raise GitError(
-                f"could not push the record to {self.remote}: other machines pushed first"
-                f" {_PUSH_ATTEMPTS} times in a row; the next sync tries again"
-            )
+            # Peers pushed first. Our leases must not lapse while we catch up:
+            # renewals alone never race anyone's record.
+            self.push(record=False)
+            outcome = self.pull()
+        raise GitError(
+            f"could not push the record to {self.remote}: other machines pushed first"
+            f" {_PUSH_ATTEMPTS} times in a row; the next sync tries again"
+        )
 
     def pull(self) -> Integration:
-        with self._cycle:
+        with self._pulling:
             self._pull_started = time.monotonic()
             self.fetch()
             theirs = refs.resolve(self.repo, self.track_record)
@@ -161,53 +165,54 @@ class SyncEngine:
     def pull_since(self, moment: float) -> Integration:
         """A pull that started after ``moment``: one already made (claims made together
         share one), or a new one."""
-        with self._cycle:
+        with self._pulling:
             if self._last_pull is not None and self._pull_started > moment:
                 return self._last_pull
             return self.pull()
 
     def fetch(self) -> dict[str, str]:
         """Fetch the remote's record and leases; returns its leases (ref -> value)."""
-        specs = [
-            f"+refs/heads/{self.branch}:{self.track_record}",
-            f"+{LEASE_NS}*:{self.track_leases}*",
-        ]
-        with self.timings.step("fetch"), self._reaching():
-            try:
-                gitremote.fetch(self.repo, self.remote, specs)
-            except GitError as exc:
-                if "couldn't find remote ref" not in str(exc):
-                    raise
-                gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
-        listed = git.run(
-            self.repo,
-            [
-                "for-each-ref",
-                "--format=%(objectname) %(refname) %(trailers:key=Jpfs-Machine,valueonly,separator=)",
-                self.track_leases,
-            ],
-        ).stdout
-        remote: dict[str, str] = {}
-        peers: dict[str, int] = {}
-        for line in listed.splitlines():
-            oid, _, rest = line.partition(" ")
-            ref, _, holder = rest.partition(" ")
-            remote[LEASE_NS + ref.removeprefix(self.track_leases)] = oid
-            if holder.strip():
-                peers[holder.strip()] = peers.get(holder.strip(), 0) + 1
-        self.book.observe(remote)
-        self.stats.peers = peers
-        # Last: a status that shows this fetch shows what it found.
-        self.stats.fetches += 1
-        self.stats.last_fetch = time.time()
-        return remote
+        with self._fetching:  # git locks the tracking refs a fetch writes
+            specs = [
+                f"+refs/heads/{self.branch}:{self.track_record}",
+                f"+{LEASE_NS}*:{self.track_leases}*",
+            ]
+            with self.timings.step("fetch"), self._reaching():
+                try:
+                    gitremote.fetch(self.repo, self.remote, specs)
+                except GitError as exc:
+                    if "couldn't find remote ref" not in str(exc):
+                        raise
+                    gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
+            listed = git.run(
+                self.repo,
+                [
+                    "for-each-ref",
+                    "--format=%(objectname) %(refname) %(trailers:key=Jpfs-Machine,valueonly,separator=)",
+                    self.track_leases,
+                ],
+            ).stdout
+            remote: dict[str, str] = {}
+            peers: dict[str, int] = {}
+            for line in listed.splitlines():
+                oid, _, rest = line.partition(" ")
+                ref, _, holder = rest.partition(" ")
+                remote[LEASE_NS + ref.removeprefix(self.track_leases)] = oid
+                if holder.strip():
+                    peers[holder.strip()] = peers.get(holder.strip(), 0) + 1
+            self.book.observe(remote)
+            self.stats.peers = peers
+            # Last: a status that shows this fetch shows what it found.
+            self.stats.fetches += 1
+            self.stats.last_fetch = time.time()
+            return remote
 
     def push(self, *, record: bool = True) -> bool:
         """One atomic push of the record and our leases; False: pull and try again.
 
         ``record=False`` (ours could not be merged with theirs yet) pushes renewals only:
         a lease is given back only together with the work done under it."""
-        with self._cycle:
+        with self._pushing:
             # Which leases are done is read *before* the tip: a run marks its lease
             # releasing after its last commit, so the tip read next contains that commit.
             held = [(lease, lease.releasing) for lease in self.book.held()]
@@ -245,7 +250,9 @@ class SyncEngine:
                 self.stats.pushes += 1
                 self.stats.last_push = time.time()
                 if send and ours is not None:
-                    git.run(self.repo, ["update-ref", self.track_record, ours], check=False)
+                    # Compare-and-swap: a fetch meanwhile may have seen newer still.
+                    moved = [self.track_record, ours, theirs or ""]
+                    git.run(self.repo, ["update-ref", *moved], check=False)
                 for conv_id, (oid, seq) in renewing.items():
                     self.book.renewed(conv_id, oid, seq)
                 self.book.released(releasing)
