@@ -160,6 +160,13 @@ def wait(predicate: Any, timeout: float, what: str, every: float = 0.05) -> None
         tick.wait(every)
 
 
+def cpu_seconds(ws: Path) -> float:
+    """CPU time of the daemon of ``ws`` and of the children it reaped (git, mostly)."""
+    pid = (ws / ".jpfs" / "local" / "daemon.pid").read_text(encoding="utf-8").split()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def sync_timings(ws: Path) -> dict[str, dict[str, float]]:
     status = json.loads(jpfs(ws, "daemon", "status", "--format", "json"))
     return dict(status.get("sync", {}).get("timings", {}))
@@ -198,6 +205,8 @@ def throughput(
                 "(first call)": {"count": 1, "seconds": asked[0] - t0},
                 "(after last)": {"count": 1, "seconds": t0 + took - asked[-1] - turn},
             }
+            cpu = sum(cpu_seconds(ws) for ws in clones)
+            summed["(cpu, daemons)"] = {"count": len(clones), "seconds": cpu}
             for ws in clones if share else []:
                 for step, value in sync_timings(ws).items():
                     into_step = summed.setdefault(step, {"count": 0, "seconds": 0.0})

@@ -69,7 +69,13 @@ def check_remote(repo: Path, remote: str) -> str:
 
 def fetch(repo: Path, remote: str, refspecs: Sequence[str], *, prune: bool = True) -> None:
     """``git fetch`` the given refspecs (forced, so a rewound remote ref is followed)."""
-    args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules"]
+    # The sync loop fetches every few seconds: no `maintenance --auto` process after each
+    # (the committer runs git's housekeeping itself) and no history walk to report
+    # forced updates nobody reads.
+    args = [
+        "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+        "--no-auto-maintenance", "--no-show-forced-updates",
+    ]  # fmt: skip
     if prune:
         args.append("--prune")
     runner.run(repo, [*args, remote, *refspecs], env=_env())

@@ -19,7 +19,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from jpfs.core.record import machine_name
@@ -32,31 +31,13 @@ from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
 from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
 from jpfs.services.sync.record import Integration, integrate
-from jpfs.services.sync.timings import Timings
+from jpfs.services.sync.stats import SyncStats, Timings
 
 log = logging.getLogger("jpfs.services.sync")
 
 _PUSH_ATTEMPTS = 4
 # Waits before trying a merge again when the record worktree is busy (a claim).
 _BUSY_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)
-
-
-@dataclass
-class SyncStats:
-    fetches: int = 0
-    pushes: int = 0
-    merges: int = 0
-    claims_won: int = 0
-    claims_lost: int = 0
-    takeovers: int = 0
-    forfeits: int = 0
-    last_fetch: float = 0.0  # wall clock, for status
-    last_push: float = 0.0
-    last_error: str = ""
-    # Since when (wall clock) no fetch or push reached the remote; 0 while it answers.
-    unreachable_since: float = 0.0
-    conflicts: list[str] = field(default_factory=list)
-    peers: dict[str, int] = field(default_factory=dict)  # machine -> leases held
 
 
 class SyncEngine:

@@ -1,4 +1,5 @@
-"""Where a sync engine's time goes: count and seconds per step, for status and bench/.
+"""What a sync engine did (:class:`SyncStats`) and where its time went (:class:`Timings`:
+count and seconds per step), for ``daemon status`` and bench/.
 
 The steps are the ones that wait on the remote or on the record: ``fetch``,
 ``integrate`` (a peer's record merged into ours), ``push`` (record and leases),
@@ -13,6 +14,25 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SyncStats:
+    fetches: int = 0
+    pushes: int = 0
+    merges: int = 0
+    claims_won: int = 0
+    claims_lost: int = 0
+    takeovers: int = 0
+    forfeits: int = 0
+    last_fetch: float = 0.0  # wall clock, for status
+    last_push: float = 0.0
+    last_error: str = ""
+    # Since when (wall clock) no fetch or push reached the remote; 0 while it answers.
+    unreachable_since: float = 0.0
+    conflicts: list[str] = field(default_factory=list)
+    peers: dict[str, int] = field(default_factory=dict)  # machine -> leases held
 
 
 class Timings:
