@@ -21,11 +21,12 @@ import stat
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jpfs.errors import ExistsError, GitError, NotFoundError, ScopeError
 from jpfs.infra.committer.change import Change, Identity
 from jpfs.infra.committer.lockfile import acquire
-from jpfs.infra.committer.port import PENDING_SUBJECT, PENDING_TRAILERS
+from jpfs.infra.committer.port import PENDING_SUBJECT, PENDING_TRAILERS, CommitterPort
 from jpfs.infra.committer.worktree import check_path
 from jpfs.infra.textfile import create_new
 
@@ -75,10 +76,12 @@ class ReferenceCommitter:
         for path, text in creates:
             try:
                 made = create_new(self._root / path, text, parents=False, root=self._root)
-            except FileNotFoundError as exc:
+            except (FileNotFoundError, NotADirectoryError) as exc:
                 raise NotFoundError(f"cannot create {path}: its directory is missing") from exc
             if not made:
                 raise ExistsError(f"{path} already exists; nothing of the change was committed")
+        if not paths:
+            return None  # and no pathspec at all, which to git means everything
         for _ in range(_MAX_ATTEMPTS):
             ref, tip = self._head()
             tree = self._snapshot_tree(paths, tip)
@@ -286,3 +289,10 @@ class ReferenceCommitter:
 def _spec(paths: tuple[str, ...]) -> list[str]:
     """``paths`` as pathspecs: ``""`` (the whole tree) is ``.``, as git wants it."""
     return [path or "." for path in paths]
+
+
+if TYPE_CHECKING:
+    from jpfs.infra.committer.core import Committer
+
+    # mypy holds both implementations to the interface.
+    _IMPLEMENTATIONS: tuple[type[CommitterPort], ...] = (Committer, ReferenceCommitter)
