@@ -302,3 +302,20 @@ def test_both_implementations_commit_once_and_then_nothing(tmp_path: Path) -> No
             assert twin.committer.commit(Change(("conv/new",), "jpfs: add")) is None
             assert twin.committer.commit(Change((), "jpfs: nothing")) is None
         check_end(fast, reference)
+
+
+def test_on_an_unborn_branch_both_make_the_same_first_commit(tmp_path: Path) -> None:
+    repos = [tmp_path / "fast", tmp_path / "reference"]
+    for repo in repos:
+        repo.mkdir()
+        git(repo, "init", "-q", "-b", "main")
+        (repo / "conv/a").mkdir(parents=True)
+    fast, reference = Committer(repos[0]), ReferenceCommitter(repos[1])
+    for repo, committer in zip(repos, (fast, reference), strict=True):
+        assert committer.commit(Change(("conv",), "jpfs: empty")) is None
+        (repo / "conv/a/x").write_text("x\n")
+        assert committer.commit(Change(("conv",), "jpfs: first", (("Jpfs-Event", "task"),)))
+        assert git(repo, "status", "--porcelain") == ""
+        committer.close()
+    logs = [git(repo, "log", "--format=%T %an%n%B") for repo in repos]
+    assert logs[0] == logs[1]

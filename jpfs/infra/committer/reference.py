@@ -60,6 +60,8 @@ class ReferenceCommitter:
         self._scratch = self._gitdir / "jpfs-reference-index"
         filemode = self._config("--bool", "core.fileMode")
         self._filemode = filemode != "false"
+        tree = self._git(["hash-object", "-t", "tree", "--stdin"])
+        self._empty_tree = tree.decode().strip()
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -85,7 +87,7 @@ class ReferenceCommitter:
         for _ in range(_MAX_ATTEMPTS):
             ref, tip = self._head()
             tree = self._snapshot_tree(paths, tip)
-            new = None if tip is not None and tree == self._tree_of(tip) else tree
+            new = None if tree == (self._tree_of(tip) if tip else self._empty_tree) else tree
             commit = self._commit_object(new, tip, change) if new is not None else tip
             self._sync_index(commit, paths)
             if commit is None or commit == tip:
@@ -230,8 +232,7 @@ class ReferenceCommitter:
                 shutil.copyfile(index, self._scratch)
             env = {"GIT_INDEX_FILE": str(self._scratch)}
             # Without -q, reset refreshes the stat data, so `git status` trusts it.
-            target = commit or self._git(["hash-object", "-t", "tree", "/dev/null"]).decode()
-            self._git(["reset", target.strip(), "--", *_spec(paths)], env=env)
+            self._git(["reset", commit or self._empty_tree, "--", *_spec(paths)], env=env)
             os.replace(self._scratch, index)
         finally:
             self._scratch.unlink(missing_ok=True)
