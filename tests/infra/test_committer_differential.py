@@ -44,6 +44,8 @@ FOREIGN = (
     ("update-index", "--no-split-index"),
     ("commit",),  # another writer moves the branch (same tree): the tip jpfs saw is stale
 )
+# Settings that change what the committers write: the fast one splits the index itself.
+CONFIGS = ((), (), ("core.splitIndex", "true"), ("core.fileMode", "false"))
 # A jpfs process that takes index locks and dies holding them.
 _CRASH = """
 import os, sys
@@ -62,11 +64,13 @@ class Twin:
     committer: CommitterPort
 
 
-def make_twin(base: Path, reference: bool) -> Twin:
+def make_twin(base: Path, reference: bool, config: tuple[str, ...] = ()) -> Twin:
     repo = base / "repo"
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "gc.auto", "0")
+    if config:
+        git(repo, "config", *config)
     (repo / ".gitignore").write_text("*.tmp\n")
     (repo / "conv").mkdir()
     (repo / "conv/seed").write_text("seed\n")
@@ -81,9 +85,9 @@ def make_twin(base: Path, reference: bool) -> Twin:
 
 
 @contextmanager
-def twins(tmp_path: Path) -> Iterator[tuple[Twin, Twin]]:
+def twins(tmp_path: Path, config: tuple[str, ...] = ()) -> Iterator[tuple[Twin, Twin]]:
     base = Path(tempfile.mkdtemp(dir=tmp_path))
-    pair = (make_twin(base / "fast", False), make_twin(base / "reference", True))
+    pair = (make_twin(base / "fast", False, config), make_twin(base / "reference", True, config))
     try:
         yield pair
     finally:
@@ -262,23 +266,28 @@ def check_end(fast: Twin, reference: Twin) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(st.lists(operations, min_size=1, max_size=6))
+@given(st.lists(operations, min_size=1, max_size=6), st.sampled_from(CONFIGS))
 # Bug: a file (or link) replacing a committed directory was dropped from the commit
 # (trees.build removed the emptied directory's entry after the file had taken its name).
-@example([("write", "conv/a/b/e", b"", False), ("pending",), ("write", "conv/a/b", b"f", False)])
-@example([("write", "conv/a/b/e", b"", False), ("pending",), ("symlink", "conv/a/b", "b")])
+@example(
+    [("write", "conv/a/b/e", b"", False), ("pending",), ("write", "conv/a/b", b"f", False)], ()
+)
+@example([("write", "conv/a/b/e", b"", False), ("pending",), ("symlink", "conv/a/b", "b")], ())
 # Bug: a file to create in a "directory" that is a file failed as RepositoryFault ("git
 # repository I/O failed ... check permissions and free disk space"), not NotFoundError.
 @example(
-    [("write", "conv/c", b"", False), ("commit", ("conv",), "s", (), None, (("conv/c/z", ""),))]
+    [("write", "conv/c", b"", False), ("commit", ("conv",), "s", (), None, (("conv/c/z", ""),))],
+    (),
 )
 # A file staged by `git add`, then deleted, never committed: its entry stays (see
 # dirty_committed).
-@example([("write", "conv/a/x", b"one\n", False), ("foreign", FOREIGN[2]), ("delete", "conv/a/x")])
+@example(
+    [("write", "conv/a/x", b"one\n", False), ("foreign", FOREIGN[2]), ("delete", "conv/a/x")], ()
+)
 def test_fast_and_reference_committers_make_the_same_commits(
-    tmp_path: Path, ops: list[tuple[object, ...]]
+    tmp_path: Path, ops: list[tuple[object, ...]], config: tuple[str, ...]
 ) -> None:
-    with twins(tmp_path) as (fast, reference):
+    with twins(tmp_path, config) as (fast, reference):
         for op in ops:
             event(str(op[0]))
             if op[0] == "crash":
@@ -310,8 +319,8 @@ def test_on_an_unborn_branch_both_make_the_same_first_commit(tmp_path: Path) -> 
         repo.mkdir()
         git(repo, "init", "-q", "-b", "main")
         (repo / "conv/a").mkdir(parents=True)
-    fast, reference = Committer(repos[0]), ReferenceCommitter(repos[1])
-    for repo, committer in zip(repos, (fast, reference), strict=True):
+    committers: list[CommitterPort] = [Committer(repos[0]), ReferenceCommitter(repos[1])]
+    for repo, committer in zip(repos, committers, strict=True):
         assert committer.commit(Change(("conv",), "jpfs: empty")) is None
         (repo / "conv/a/x").write_text("x\n")
         assert committer.commit(Change(("conv",), "jpfs: first", (("Jpfs-Event", "task"),)))
