@@ -150,8 +150,10 @@ def apply(twin: Twin, op: tuple[object, ...]) -> str:
         remove(root / str(op[1]))
     elif kind == "rename":
         source, dest = root / str(op[1]), str(op[2])
-        inside = f"{op[1]}/".startswith(f"{dest}/")  # making room would remove it
-        if (source.is_file() or source.is_symlink()) and not inside:
+        # Making room for one at the other's place would remove it.
+        src, dst = f"{op[1]}/", f"{dest}/"
+        nested = src.startswith(dst) or dst.startswith(src)
+        if (source.is_file() or source.is_symlink()) and not nested:
             source.rename(clear_way(root, dest))
     elif kind == "chmod":
         target = root / str(op[1])
