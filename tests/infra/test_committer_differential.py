@@ -42,6 +42,7 @@ FOREIGN = (
     ("read-tree", "HEAD"),
     ("update-index", "--split-index"),
     ("update-index", "--no-split-index"),
+    ("update-index", "--skip-worktree", "conv/seed"),  # an extended flag: index version 3
     ("commit",),  # another writer moves the branch (same tree): the tip jpfs saw is stale
 )
 # Settings that change what the committers write: the fast one splits the index itself.
@@ -275,6 +276,17 @@ def check_end(fast: Twin, reference: Twin) -> None:
     [("write", "conv/a/b/e", b"", False), ("pending",), ("write", "conv/a/b", b"f", False)], ()
 )
 @example([("write", "conv/a/b/e", b"", False), ("pending",), ("symlink", "conv/a/b", "b")], ())
+# Bug: with the index split and then of version 3 (over a version-2 base), the fast
+# committer could not read it, and left it unsynced (see test_committer_indexcodec).
+@example(
+    [
+        ("foreign", ("update-index", "--split-index")),
+        ("foreign", ("update-index", "--skip-worktree", "conv/seed")),
+        ("write", "conv/x", b"one\n", False),
+        ("commit", ("conv/x",), "jpfs: edit", (), None, ()),
+    ],
+    (),
+)
 # Bug: a file to create in a "directory" that is a file failed as RepositoryFault ("git
 # repository I/O failed ... check permissions and free disk space"), not NotFoundError.
 @example(
