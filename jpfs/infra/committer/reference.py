@@ -28,6 +28,7 @@ from jpfs.infra.committer.change import Change, Identity
 from jpfs.infra.committer.lockfile import acquire
 from jpfs.infra.committer.port import PENDING_SUBJECT, PENDING_TRAILERS, CommitterPort
 from jpfs.infra.committer.worktree import check_path
+from jpfs.infra.git import runner as git
 from jpfs.infra.textfile import create_new
 
 _ZERO = "0" * 40
@@ -276,15 +277,8 @@ class ReferenceCommitter:
     def _run(
         self, args: list[str], env: dict[str, str] | None, stdin: bytes | None, cwd: Path | None
     ) -> subprocess.CompletedProcess[bytes]:
-        full_env = {**os.environ, "GIT_LITERAL_PATHSPECS": "1", **(env or {})}
-        return subprocess.run(
-            ["git", *args],
-            cwd=cwd or self._root,
-            env=full_env,
-            input=stdin or b"",
-            capture_output=True,
-            check=False,
-        )
+        full_env = {"GIT_LITERAL_PATHSPECS": "1", **(env or {})}
+        return git.run_bytes(cwd or self._root, args, input=stdin, env=full_env, check=False)
 
 
 def _spec(paths: tuple[str, ...]) -> list[str]:
