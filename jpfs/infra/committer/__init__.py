@@ -9,7 +9,11 @@ recovery). jpfs opens it on the record worktree (``conversations/``, branch
 
 Modules, one job each:
 
+* :mod:`~jpfs.infra.committer.port`: the interface jpfs uses (``commit``, ``commit_pending``,
+  ``close``).
 * :mod:`~jpfs.infra.committer.core`: the :class:`Committer` (snapshots, landing commits).
+* :mod:`~jpfs.infra.committer.reference`: the same contract on git's plumbing commands,
+  slow and plain; the tests hold the fast one against it.
 * :mod:`~jpfs.infra.committer.batch`: group commit of concurrent ``commit()`` calls.
 * :mod:`~jpfs.infra.committer.plan`: the commits a batch of snapshots becomes.
 * :mod:`~jpfs.infra.committer.worktree`: path checks and working-tree snapshots.

@@ -43,6 +43,7 @@ from jpfs.infra.committer.lockfile import LockFile, acquire
 from jpfs.infra.committer.maintenance import Maintenance
 from jpfs.infra.committer.objects import Objects, write_pack
 from jpfs.infra.committer.plan import Plan, Planner
+from jpfs.infra.committer.port import PENDING_SUBJECT, PENDING_TRAILERS
 from jpfs.infra.committer.refs import Refs
 from jpfs.infra.committer.splitindex import SplitPolicy
 from jpfs.infra.committer.trees import TreeCache, TreeView
@@ -55,7 +56,6 @@ from jpfs.infra.textfile import create_new
 _MAX_CAS_ATTEMPTS = 64
 _TIPS_MAX = 256
 _REPACK_EVERY = 25  # packfiles written between two geometric repacks
-_DEFAULT_PENDING_TRAILERS: tuple[tuple[str, str], ...] = (("Jpfs-Event", "recover"),)
 _HEAL = Change((), "jpfs: heal the index")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -163,8 +163,8 @@ class Committer:
 
     def commit_pending(
         self,
-        subject: str = "jpfs: recover uncommitted changes",
-        trailers: tuple[tuple[str, str], ...] = _DEFAULT_PENDING_TRAILERS,
+        subject: str = PENDING_SUBJECT,
+        trailers: tuple[tuple[str, str], ...] = PENDING_TRAILERS,
     ) -> str | None:
         """Commit every owned path whose working-tree state differs from HEAD.
 
@@ -284,7 +284,7 @@ class Committer:
         for path, text in item.creates:
             try:
                 made = create_new(Path(self._root_str, path), text, parents=False, root=self._root)
-            except FileNotFoundError as exc:
+            except (FileNotFoundError, NotADirectoryError) as exc:
                 raise NotFoundError(f"cannot create {path}: its directory is missing") from exc
             if not made:
                 raise ExistsError(f"{path} already exists; nothing of the change was committed")

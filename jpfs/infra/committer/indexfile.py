@@ -169,6 +169,7 @@ class FastIndex(IndexFile):
         if link is not None and gitdir is not None:
             try:
                 index.split, raws = splitindex.merge_base(index.version, link, gitdir, raws, known)
+                index.version = index.split.version
             except SplitCorrupt as exc:
                 raise IndexUnsupported(f"split index: {exc}") from exc
         newer = index.mtime_sec

@@ -20,24 +20,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from jpfs.errors import GitError
 from jpfs.infra.committer.lockfile import LockFile, lock_registrations, sweep_owner_file
 from jpfs.infra.committer.objects import KEEP_MARK
+from jpfs.infra.git import runner as git
 
 log = logging.getLogger(__name__)
 
 _MAINTENANCE: tuple[tuple[str, ...], ...] = (
-    ("git", "-c", "gc.autoDetach=false", "gc", "--auto", "--quiet"),
-    ("git", "commit-graph", "write", "--reachable", "--split", "--no-progress"),
+    ("-c", "gc.autoDetach=false", "gc", "--auto", "--quiet"),
+    ("commit-graph", "write", "--reachable", "--split", "--no-progress"),
 )
 # With a multi-pack-index, git's own geometric repack (which keeps that index true).
 _REPACK: tuple[tuple[str, ...], ...] = (
-    ("git", "repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index", "--write-midx"),
+    ("repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index", "--write-midx"),
 )
 _PACK_FILES = (".idx", ".pack", ".rev", ".bitmap", ".mtimes")  # .idx first: how git finds a pack
 
@@ -93,21 +94,13 @@ class Maintenance:
         if roll_up:
             try:
                 self.roll_up()
-            except (OSError, subprocess.SubprocessError) as exc:
+            except (OSError, GitError) as exc:
                 log.debug("pack roll-up failed: %s", exc)
-        for argv in commands:
+        for args in commands:
             try:
-                subprocess.run(
-                    argv,
-                    cwd=self._root,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    check=False,
-                    timeout=600,
-                )
-            except (OSError, subprocess.SubprocessError) as exc:
-                log.debug("maintenance command %s failed: %s", argv, exc)
+                git.run_bytes(self._root, args, check=False, timeout=600)
+            except GitError as exc:
+                log.debug("maintenance command git %s failed: %s", " ".join(args), exc)
         self.sweep_debris()
 
     def roll_up(self) -> None:
@@ -116,13 +109,10 @@ class Maintenance:
         names = rolled_up(packs_by_size(self._pack_dir))
         if len(names) < 2:
             return
-        subprocess.run(
-            ["git", "pack-objects", "-q", "--stdin-packs", str(self._pack_dir / "pack")],
-            cwd=self._root,
+        git.run_bytes(
+            self._root,
+            ["pack-objects", "-q", "--stdin-packs", str(self._pack_dir / "pack")],
             input="".join(f"{name}.pack\n" for name in names).encode(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=True,
             timeout=600,
         )
         # The new pack holds every object of these (all of them, reachable or not), so

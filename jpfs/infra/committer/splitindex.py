@@ -353,12 +353,13 @@ def merge_base(
         state = SplitState(link.base, version, base_raws, known.sparse)
     else:
         base_version, base_raws, _ = parse_entries(read_shared(gitdir, link.base))
-        if base_version != version:
-            raise SplitCorrupt("the shared index's version differs from the index's")
+        # git writes a version-3 split part over a version-2 base once an entry gets an
+        # extended flag (`git update-index --skip-worktree`); their entries differ only
+        # there, so the merged index is of the higher version.
         pairs = itertools.pairwise(map(key_of, base_raws))
         if not all(itertools.starmap(operator.lt, pairs)):
             raise SplitCorrupt("the shared index's entries are out of order")  # git dies too
-        state = SplitState(link.base, version, base_raws)
+        state = SplitState(link.base, max(version, base_version), base_raws)
     merged = list(base_raws)
     if len(link.replaced) > len(raws):
         raise SplitCorrupt("more replaced entries than the index holds")

@@ -131,6 +131,7 @@ class TreeCache:
         old = self.get(repo, base) if base is not None else _Tree([], [])
         tree = _Tree(list(old.keys), list(old.raws))
         nested: dict[bytes, dict[str, Blob | None]] = {}
+        files: set[bytes] = set()
         for path, blob in changes.items():
             head, sep, rest = path.partition("/")
             name = os.fsencode(head)
@@ -138,12 +139,16 @@ class TreeCache:
                 nested.setdefault(name, {})[rest] = blob
             else:
                 _put(tree, name, None if blob is None else (blob.mode, blob.oid.raw))
+                if blob is not None:
+                    files.add(name)
         for name, sub in nested.items():
             current = old.get(name)
             child = current[1] if current is not None and current[0] == MODE_TREE else None
             if child is None and all(blob is None for blob in sub.values()):
                 continue  # deleting under a directory that does not exist
             oid = self.build(repo, child, sub, objects)
+            if oid is None and name in files:
+                continue  # emptied because a file took its place: keep the file
             _put(tree, name, None if oid is None else (MODE_TREE, oid))
         if not tree.keys:
             return None

@@ -43,11 +43,45 @@ def run(
     except OSError as exc:
         raise _not_started(cwd, args, exc) from exc
     if check and proc.returncode not in ok:
-        err = (proc.stderr or proc.stdout).strip().splitlines()
-        tail = err[-1] if err else f"exit status {proc.returncode}"
-        tail = tail.removeprefix("fatal: ").removeprefix("error: ")
-        raise GitError(f"git {args[0]} failed: {tail}")
+        raise _failed(args, proc.returncode, proc.stderr or proc.stdout)
     return proc
+
+
+def run_bytes(
+    cwd: Path,
+    args: Sequence[str],
+    *,
+    check: bool = True,
+    input: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """:func:`run` for output that is data, not text (object contents, NUL-separated
+    lists), and input that is bytes."""
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            input=input if input is not None else b"",
+            check=False,
+            timeout=timeout,
+            env={**os.environ, **_MESSAGES_IN_ENGLISH, **(env or {})},
+        )
+    except OSError as exc:
+        raise _not_started(cwd, args, exc) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise GitError(f"git {args[0]} took longer than {timeout:g}s") from exc
+    if check and proc.returncode != 0:
+        raise _failed(args, proc.returncode, os.fsdecode(proc.stderr or proc.stdout))
+    return proc
+
+
+def _failed(args: Sequence[str], status: int, said: str) -> GitError:
+    err = said.strip().splitlines()
+    tail = err[-1] if err else f"exit status {status}"
+    tail = tail.removeprefix("fatal: ").removeprefix("error: ")
+    return GitError(f"git {args[0]} failed: {tail}")
 
 
 # Callers read git's messages (a busy index.lock, the paths a checkout would overwrite)
