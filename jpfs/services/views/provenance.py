@@ -1,0 +1,384 @@
+"""Provenance: from a line of a project file to the conversation, turn and tool call
+that wrote it (``jpfs blame``, tool ``jp_blame``; protocol/provenance.md).
+
+Three reads of git, whatever the size of the record:
+
+1. ``git blame --porcelain``: each line's commit. git follows fast-forwards, merge
+   commits, cherry-picks and rebases to the commit that wrote the line, and each of
+   those keeps the writer's message, so its trailers.
+2. one ``git log --no-walk --stdin`` for the distinct commits: their ``Jpfs-*`` lines
+   (:mod:`jpfs.core.record` names them; ``Jpfs-Event-Path`` says which events).
+3. one ``git cat-file --batch`` for just the record files those name, read from the
+   record branch; a path it lacks is looked for in the commit ``Jpfs-Record`` names,
+   then in a remote's copy of the record (a clone that fetched it).
+
+The ``Jpfs-*`` lines are read from the whole message, not only its trailer block: a
+squash merge's message quotes the squashed commits' messages indented, trailers and all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jpfs.core import frontmatter, ids, record
+from jpfs.errors import FormatError, GitError, IdError, ScopeError
+from jpfs.infra import git
+from jpfs.infra.git import refs
+from jpfs.infra.git.runner import run_bytes
+
+OUTSIDE = "(outside your scope)"
+UNCOMMITTED = "0" * 40
+_JPFS_LINE = re.compile(r"^[ \t]*(Jpfs-[A-Za-z-]+):[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
+_EVENT_PATH = re.compile(r"^[a-z0-9][a-z0-9._/-]*/events/[0-9]+-[a-z]+\.md$")
+_HEADER = re.compile(r"^([0-9a-f]{40}) [0-9]+ ([0-9]+)(?: [0-9]+)?$")
+_OBJECT = re.compile(rb"^[0-9a-f]{40,64} (\w+) ([0-9]+)$")
+
+
+@dataclass(frozen=True)
+class Link:
+    """What one commit's message says about who wrote it."""
+
+    commit: str
+    conversations: tuple[str, ...] = ()
+    agent: str | None = None
+    model: str | None = None
+    events: tuple[str, ...] = ()
+    turn: str | None = None
+    record: str | None = None
+    merged: tuple[str, ...] = ()
+
+    @property
+    def conversation(self) -> str | None:
+        """The writer; None for a human's commit or a squash of several conversations."""
+        return self.conversations[0] if len(self.conversations) == 1 else None
+
+
+@dataclass(frozen=True)
+class Line:
+    line: int
+    commit: str
+    author: str
+    time: int
+    tz: str
+    path: str  # the file's path in ``commit`` (git blame follows renames)
+    text: str
+    conversation: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    task: str | None = None
+    event: str | None = None
+    turn: str | None = None
+    conversations: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "line": self.line,
+            "commit": self.commit,
+            "conversation": self.conversation,
+            "agent": self.agent,
+            "model": self.model,
+            "task": self.task,
+            "event": self.event,
+            "turn": self.turn,
+            "conversations": list(self.conversations),
+            "author": self.author,
+            "time": self.time,
+            "text": self.text,
+        }
+
+
+# -- git blame ------------------------------------------------------------------------
+
+
+def blame_rows(
+    cwd: Path, path: str, *, start: int | None, end: int | None, rev: str | None
+) -> list[Line]:
+    """``git blame --porcelain`` of ``path`` (in ``rev``, else the work tree), bare."""
+    args = ["blame", "--porcelain"]
+    if start is not None:
+        args += ["-L", f"{start},{end if end is not None else ''}"]
+    if rev:
+        args.append(rev)
+    args += ["--", path]
+    proc = run_bytes(cwd, args, check=False)
+    if proc.returncode != 0:
+        said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GitError(
+            f"git blame {path}: {said[-1].removeprefix('fatal: ') if said else 'failed'}"
+        )
+    commits: dict[str, dict[str, str]] = {}
+    rows: list[Line] = []
+    sha, number = "", 0
+    headers: dict[str, str] = {}
+    for raw in proc.stdout.decode("utf-8", "surrogateescape").split("\n"):
+        if raw.startswith("\t"):
+            info = commits.setdefault(sha, headers)
+            rows.append(
+                Line(
+                    line=number,
+                    commit=sha,
+                    author=info.get("author", ""),
+                    time=int(info.get("author-time", "0") or 0),
+                    tz=info.get("author-tz", "+0000"),
+                    path=info.get("filename", path),
+                    text=raw[1:],
+                )
+            )
+            continue
+        match = _HEADER.match(raw)
+        if match:
+            sha, number = match.group(1), int(match.group(2))
+            headers = commits.get(sha, {})
+            continue
+        key, _, value = raw.partition(" ")
+        if sha and key:
+            headers[key] = value
+            commits[sha] = headers
+    return rows
+
+
+# -- commit messages ------------------------------------------------------------------
+
+
+def read_links(root: Path, shas: Iterable[str]) -> dict[str, Link]:
+    """The :class:`Link` of each commit, with one ``git log`` for all of them."""
+    wanted = [s for s in dict.fromkeys(shas) if s and s != UNCOMMITTED]
+    if not wanted:
+        return {}
+    proc = git.run(
+        root,
+        ["log", "--no-walk=unsorted", "--stdin", "--format=%H%x00%B%x1e"],
+        input="".join(f"{s}\n" for s in wanted),
+    )
+    out: dict[str, Link] = {}
+    for chunk in proc.stdout.split("\x1e"):
+        sha, sep, message = chunk.strip("\n").partition("\0")
+        if sep:
+            out[sha] = parse_link(sha, message)
+    return out
+
+
+def parse_link(sha: str, message: str) -> Link:
+    found: dict[str, list[str]] = {}
+    for key, value in _JPFS_LINE.findall(message):
+        found.setdefault(key, [])
+        if value not in found[key]:
+            found[key].append(value)
+    convs = tuple(c for c in found.get("Jpfs-Conversation", ()) if _valid_id(c))
+    return Link(
+        commit=sha,
+        conversations=convs,
+        agent=_only(found.get("Jpfs-Agent", ())),
+        model=_only(found.get("Jpfs-Model", ())),
+        events=tuple(p for p in found.get(record.EVENT_PATH, ()) if _EVENT_PATH.match(p)),
+        turn=_only([p for p in found.get(record.TURN, ()) if _EVENT_PATH.match(p)]),
+        record=_only([r for r in found.get(record.RECORD, ()) if re.fullmatch("[0-9a-f]{40}", r)]),
+        merged=tuple(c for c in found.get(record.MERGED, ()) if _valid_id(c)),
+    )
+
+
+def _only(values: Sequence[str]) -> str | None:
+    """The value when the message names one (a squash of several names none)."""
+    return values[0] if len(values) == 1 else None
+
+
+def _valid_id(value: str) -> bool:
+    try:
+        ids.validate(value)
+    except IdError:
+        return False
+    return True
+
+
+def in_scope(conv_id: str, within: str | None) -> bool:
+    """Whether a caller scoped to ``within`` may see ``conv_id`` (itself or below)."""
+    return not within or conv_id == within or ids.is_descendant(conv_id, within)
+
+
+# -- the record -----------------------------------------------------------------------
+
+
+def read_record(
+    root: Path, branch: str, paths: Iterable[str], pinned: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The texts of record ``paths`` found: on the record branch, else in the commit
+    ``pinned`` names for the path (its ``Jpfs-Record``), else in a remote's copy."""
+    wanted = list(dict.fromkeys(paths))
+    found = dict(zip(wanted, _cat(root, [f"refs/heads/{branch}:{p}" for p in wanted]), strict=True))
+    missing = [p for p in wanted if found[p] is None]
+    if missing:
+        fallbacks = git.run(
+            root,
+            ["for-each-ref", "--format=%(refname)", f"refs/remotes/*/{branch}", "refs/jpfs/sync/"],
+        ).stdout.split()
+        fallbacks = [r for r in fallbacks if r.startswith("refs/remotes/") or r.endswith("/record")]
+        specs: list[tuple[str, str]] = []
+        for p in missing:
+            at = (pinned or {}).get(p)
+            specs += [(p, f"{ref}:{p}") for ref in ([at] if at else []) + fallbacks]
+        for (p, _), blob in zip(specs, _cat(root, [s for _, s in specs]), strict=True):
+            if found[p] is None and blob is not None:
+                found[p] = blob
+    return {p: b.decode("utf-8", "replace") for p, b in found.items() if b is not None}
+
+
+def _cat(root: Path, specs: Sequence[str]) -> list[bytes | None]:
+    """Blobs by ``<rev>:<path>``, one ``git cat-file --batch`` for all (None: missing)."""
+    if not specs:
+        return []
+    data = run_bytes(
+        root, ["cat-file", "--batch"], input="".join(f"{s}\n" for s in specs).encode()
+    ).stdout
+    out: list[bytes | None] = []
+    pos = 0
+    for _ in specs:
+        nl = data.index(b"\n", pos)
+        match = _OBJECT.match(data[pos:nl])
+        pos = nl + 1
+        if match is None:
+            out.append(None)  # "<spec> missing", or ambiguous
+            continue
+        size = int(match.group(2))
+        out.append(data[pos : pos + size] if match.group(1) == b"blob" else None)
+        pos += size + 1
+    return out
+
+
+def title_of(conv_id: str, texts: Mapping[str, str]) -> str | None:
+    """The conversation's title, else the first line of its task."""
+    toml = texts.get(f"{conv_id}/conversation.toml")
+    if toml:
+        try:
+            title = tomllib.loads(toml).get("title")
+        except tomllib.TOMLDecodeError:
+            title = None
+        if isinstance(title, str) and title.strip():
+            return title.strip()
+    for raw in (texts.get(f"{conv_id}/task.md") or "").splitlines():
+        if raw.strip():
+            return raw.strip().lstrip("#").strip()
+    return None
+
+
+def event_meta(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        return frontmatter.parse(text)[0]
+    except FormatError:
+        return {}
+
+
+def pick_event(link: Link, path: str, texts: Mapping[str, str]) -> str | None:
+    """Which of the commit's tool events wrote ``path``: the only one, else the one whose
+    call (in the turn) names the path, else the first."""
+    if len(link.events) <= 1 or link.turn is None:
+        return link.events[0] if len(link.events) == 1 else None
+    calls = event_meta(texts.get(link.turn)).get("tool_calls") or []
+    by_id = {}
+    for call in calls:
+        if isinstance(call, dict):
+            raw = call.get("input")
+            try:
+                args = raw if isinstance(raw, dict) else json.loads(str(raw))
+            except ValueError:
+                args = {}
+            by_id[call.get("id")] = args if isinstance(args, dict) else {}
+    for ev in link.events:
+        args = by_id.get(event_meta(texts.get(ev)).get("tool_call_id"), {})
+        if str(args.get("path", "")).strip("./") == path:
+            return ev
+    return link.events[0]
+
+
+# -- blame ------------------------------------------------------------------------------
+
+
+def blame(
+    root: Path,
+    branch: str,
+    cwd: Path,
+    path: str,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    rev: str | None = None,
+    within: str | None = None,
+) -> list[Line]:
+    """Each line of ``path`` with the conversation, turn and tool event that wrote it.
+
+    ``root``: the repository holding the record branch ``branch``; ``cwd``: the work tree
+    blamed. ``within``: the caller's conversation (None: unscoped, a person at the CLI):
+    a line written outside its subtree shows :data:`OUTSIDE` and nothing of its writer,
+    and only commits the work tree's HEAD contains may be named as ``rev``.
+    """
+    if within is not None and rev:
+        rev = _contained_rev(cwd, rev)
+    rows = blame_rows(cwd, path, start=start, end=end, rev=rev)
+    links = read_links(root, (r.commit for r in rows))
+    visible = {
+        s: lk
+        for s, lk in links.items()
+        if lk.conversation is None or in_scope(lk.conversation, within)
+    }
+    wanted: list[str] = []
+    pinned: dict[str, str] = {}
+    for lk in visible.values():
+        for conv in lk.conversations:
+            if in_scope(conv, within):
+                wanted += [f"{conv}/conversation.toml", f"{conv}/task.md"]
+        if len(lk.events) > 1 and lk.turn is not None:
+            wanted += [lk.turn, *lk.events]
+            if lk.record:
+                pinned.update(dict.fromkeys([lk.turn, *lk.events], lk.record))
+    texts = read_record(root, branch, wanted, pinned)
+    out: list[Line] = []
+    for row in rows:
+        link = links.get(row.commit)
+        if link is None or not link.conversations:
+            out.append(row)
+        elif row.commit not in visible:
+            out.append(_replace(row, conversation=OUTSIDE))
+        else:
+            writer = link.conversation
+            out.append(
+                _replace(
+                    row,
+                    conversation=writer,
+                    conversations=tuple(
+                        c if in_scope(c, within) else OUTSIDE for c in link.conversations
+                    ),
+                    agent=link.agent,
+                    model=link.model,
+                    task=title_of(writer, texts) if writer else None,
+                    event=pick_event(link, row.path, texts) if writer else None,
+                    turn=link.turn if writer else None,
+                )
+            )
+    return out
+
+
+def _replace(row: Line, **changes: Any) -> Line:
+    return dataclasses.replace(row, **changes)
+
+
+def _contained_rev(cwd: Path, rev: str) -> str:
+    """A scoped caller may blame only history its work tree holds: not the record's
+    branch, nor another agent's unmerged branch."""
+    if rev.startswith("-"):
+        raise ScopeError(f"rev {rev!r} may not start with '-'")
+    proc = git.run(cwd, ["rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], ok=(0, 1, 128))
+    head = git.run(cwd, ["rev-parse", "--verify", "-q", "HEAD"], ok=(0, 1, 128)).stdout.strip()
+    sha = proc.stdout.strip()
+    if proc.returncode != 0 or not sha:
+        raise GitError(f"no commit {rev!r}")
+    if not head or not refs.is_ancestor(cwd, sha, head):
+        raise ScopeError(f"rev {rev!r} is not in the history of your working tree")
+    return sha
