@@ -3,7 +3,7 @@ one line: the task, the onboarding questions and answers, the model turn and its
 call, the tool's result, the model and what the turn cost.
 
 The files are read like blame reads them (:mod:`.provenance`): only those the line's
-commit names, in one ``git cat-file --batch``.
+commit names.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Three reads of git, whatever the size of the record:
    those keeps the writer's message, so its trailers.
 2. one ``git log --no-walk --stdin`` for the distinct commits: their ``Jpfs-*`` lines
    (:mod:`jpfs.core.record` names them; ``Jpfs-Event-Path`` says which events).
-3. one ``git cat-file --batch`` for just the record files those name, read from the
+3. just the record files those name, read in process (pygit2 tree lookups) from the
    record branch; a path it lacks is looked for in the commit ``Jpfs-Record`` names,
    then in a remote's copy of the record (a clone that fetched it).
 
@@ -37,7 +37,6 @@ UNCOMMITTED = "0" * 40
 _JPFS_LINE = re.compile(r"^[ \t]*(Jpfs-[A-Za-z-]+):[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
 _EVENT_PATH = re.compile(r"^[a-z0-9][a-z0-9._/-]*/events/[0-9]+-[a-z]+\.md$")
 _HEADER = re.compile(r"^([0-9a-f]{40}) [0-9]+ ([0-9]+)(?: [0-9]+)?$")
-_OBJECT = re.compile(rb"^[0-9a-f]{40,64} (\w+) ([0-9]+)$")
 
 
 @dataclass(frozen=True)
@@ -174,13 +173,21 @@ def parse_link(sha: str, message: str) -> Link:
         if value not in found[key]:
             found[key].append(value)
     convs = tuple(c for c in found.get("Jpfs-Conversation", ()) if _valid_id(c))
+
+    def own(path: str) -> bool:
+        # Only the writer's own events: a message naming another conversation's record
+        # must not make blame read (and show) it.
+        return bool(_EVENT_PATH.match(path)) and any(
+            path.startswith(f"{c}/events/") and ".." not in path.split("/") for c in convs
+        )
+
     return Link(
         commit=sha,
         conversations=convs,
         agent=_only(found.get("Jpfs-Agent", ())),
         model=_only(found.get("Jpfs-Model", ())),
-        events=tuple(p for p in found.get(record.EVENT_PATH, ()) if _EVENT_PATH.match(p)),
-        turn=_only([p for p in found.get(record.TURN, ()) if _EVENT_PATH.match(p)]),
+        events=tuple(p for p in found.get(record.EVENT_PATH, ()) if own(p)),
+        turn=_only([p for p in found.get(record.TURN, ()) if own(p)]),
         record=_only([r for r in found.get(record.RECORD, ()) if re.fullmatch("[0-9a-f]{40}", r)]),
         merged=tuple(c for c in found.get(record.MERGED, ()) if _valid_id(c)),
     )
