@@ -28,6 +28,7 @@ COMMANDS = Commands(
         "init": "init:init",
         "migrate": "migrate:migrate",
         "log": "history:log",
+        "blame": "blame:blame",
         "gc": "history:gc",
         "cost": "cost:cost",
         "query": "query:query",

@@ -10,8 +10,17 @@ from typing import TYPE_CHECKING
 from jpfs.infra.committer import Change, Identity
 
 if TYPE_CHECKING:
+    from jpfs.core.conversation import Conversation
     from jpfs.core.workspace import Workspace
     from jpfs.infra.providers.base import Usage
+
+
+# Provenance trailers (protocol/provenance.md): a writer's commit on its branch names
+# what a reader needs to find the step that wrote it, without searching the record.
+EVENT_PATH = "Jpfs-Event-Path"  # record path of a tool event whose call made the edit
+TURN = "Jpfs-Turn"  # record path of the model turn that made those calls
+RECORD = "Jpfs-Record"  # the record's tip when the edit was committed
+MERGED = "Jpfs-Merged"  # on a merge commit: a conversation whose edits it brings in
 
 
 def machine_name(ws: Workspace) -> str:
@@ -82,3 +91,30 @@ def change(
 
 def commit(ws: Workspace, conv_id: str, event: str, **kwargs: object) -> str | None:
     return ws.commit(change(ws, conv_id, event, **kwargs))  # type: ignore[arg-type]
+
+
+def edit_links(ws: Workspace, conv: Conversation, call_ids: Iterable[str]) -> list[tuple[str, str]]:
+    """The provenance trailers of an edit made by the tool calls ``call_ids`` of ``conv``:
+    their tool events, the turn that asked for them, its model, and the record's tip.
+
+    Read from the conversation's own files when the edit is committed, so a reader of
+    the commit goes straight to the events (``git blame`` never searches the record)."""
+    from jpfs.infra.git import refs
+
+    wanted = set(call_ids)
+    events = conv.events()
+    links: list[tuple[str, str]] = []
+    turn = None
+    for i, ev in enumerate(events):
+        if ev.role == "tool" and ev.meta.get("tool_call_id") in wanted:
+            links.append((EVENT_PATH, f"{conv.id}/events/{ev.path.name}"))
+            if turn is None:
+                turn = next((e for e in reversed(events[:i]) if e.role == "assistant"), None)
+    if turn is not None:
+        links.append((TURN, f"{conv.id}/events/{turn.path.name}"))
+        if turn.meta.get("model"):
+            links.append(("Jpfs-Model", str(turn.meta["model"])))
+    tip = refs.resolve(ws.root, f"refs/heads/{ws.record_branch}")
+    if tip:
+        links.append((RECORD, tip))
+    return links

@@ -42,6 +42,7 @@ EXPORTED: tuple[str, ...] = (
     "jp_conversation_list",
     "jp_conversation_print",
     "jp_conversation_grep",
+    "jp_blame",
     "jp_await",
     "mail_send",
     "mail_check",

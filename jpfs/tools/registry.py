@@ -12,13 +12,14 @@ from jpfs.errors import ProfileError
 
 def catalog(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[str, Tool]:
     """Every tool that could exist for this configuration (before the allow list)."""
-    from jpfs.tools import branches, command, conversation, fs, lifecycle
+    from jpfs.tools import branches, command, conversation, fs, lifecycle, provenance
 
     tools: dict[str, Tool] = {}
     tools.update(conversation.build(config, agents_dir))
     tools.update(lifecycle.build(config))
     tools.update(fs.FS_TOOLS)
     tools.update(branches.TOOLS)
+    tools.update(provenance.TOOLS)
     for spec in command.parse_command_tools(config.get("tools", {})):
         tools[spec.name] = command.make_command_tool(spec)
     return tools

@@ -1,5 +1,5 @@
 """Refs and commits read in process (libgit2 through pygit2): what a ref names, whether
-one commit descends from another, how far two have diverged.
+one commit descends from another, how far two have diverged, the files of a commit.
 
 In process because the sync loop and merges ask these on every pass: a ``git
 merge-base --is-ancestor`` is a 2-3 ms process per question.
@@ -7,6 +7,7 @@ merge-base --is-ancestor`` is a 2-3 ms process per question.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pygit2
@@ -50,3 +51,33 @@ def _open(repo: Path) -> pygit2.Repository:
     # A fresh handle per call: cheap, always sees the refs on disk, and pygit2 handles
     # are not to be shared between threads.
     return pygit2.Repository(str(repo))
+
+
+def read_files(repo: Path, rev: str, paths: Iterable[str]) -> dict[str, bytes]:
+    """The contents of those ``paths`` that are files in ``rev`` (a full ref name or a
+    commit id), read in process: one tree lookup each, however large the tree."""
+    try:
+        handle = _open(repo)
+        if rev.startswith("refs/"):
+            reference = handle.references.get(rev)
+            if reference is None:
+                return {}
+            commit = reference.peel(pygit2.Commit)
+        else:
+            found = handle.get(rev)
+            if not isinstance(found, pygit2.Commit):
+                return {}
+            commit = found
+        tree = commit.tree
+        out: dict[str, bytes] = {}
+        for path in paths:
+            try:
+                entry = tree[path]
+            except (KeyError, ValueError):
+                continue
+            blob = handle.get(entry.id)
+            if isinstance(blob, pygit2.Blob):
+                out[path] = blob.data
+        return out
+    except (pygit2.GitError, ValueError) as exc:
+        raise GitError(f"cannot read {rev} in {repo}: {exc}") from exc

@@ -31,7 +31,7 @@ import fcntl
 import functools
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -328,7 +328,7 @@ def files_root(ws: Workspace, conv: Conversation) -> Path:
 READ_ONLY_TOOLS = frozenset(
     {
         "fs_read_file", "fs_list_files", "fs_grep_files", "jp_query", "jp_await",
-        "jp_conversation_list", "jp_conversation_print", "jp_conversation_grep",
+        "jp_conversation_list", "jp_conversation_print", "jp_conversation_grep", "jp_blame",
         "mail_send", "mail_check", "mail_read", "mail_delete", "mail_filter",
         "fork", "kill", "merge", "branch_diff", "branch_discard", "ask_caller", "start_work",
     }
@@ -343,12 +343,14 @@ def commit_edits(
     author: Identity | None = None,
     note: str | None = None,
     tools: Sequence[str] | None = None,
+    links: Callable[[], Sequence[tuple[str, str]]] | None = None,
 ) -> str | None:
     """Commit the project files changed in ``conv_id``'s worktree onto its branch.
 
     No-op (None) outside a fork, when nothing changed, or when ``tools`` (the batch just
     run) are all read-only. The conversation root is never staged: the record lives
-    (and is committed) in the main work tree.
+    (and is committed) in the main work tree. ``links``: the provenance trailers
+    (``Jpfs-Event-Path``, ...), asked for only when there is something to commit.
     """
     if tools is not None and all(t in READ_ONLY_TOOLS for t in tools):
         return None
@@ -366,6 +368,8 @@ def commit_edits(
         head = git.output(wt, "rev-parse", "--verify", "HEAD")
         if tree == git.output(wt, "rev-parse", f"{head}^{{tree}}"):
             return None
+        if links is not None:
+            trailers += links()
         sha = commit_tree(wt, tree, [head], subject, trailers, author=author)
         git.run(wt, ["update-ref", "-m", f"commit: {subject}", "HEAD", sha, head])
     return sha

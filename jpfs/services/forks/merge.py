@@ -102,6 +102,7 @@ def merge(
         trailers = [("Jpfs-Conversation", conv_id), ("Jpfs-Event", "merge")]
         if agent:
             trailers.append(("Jpfs-Agent", agent))
+        trailers += [(record.MERGED, c) for c in _brought(root, theirs)]
         key = f"worktree:{parent.branch}" if parent is not None else "main"
         with flock(ws, key):
             commit, already = merge_into(
@@ -119,6 +120,18 @@ def merge(
         conv.update(merged=commit, merged_into=into)
         record.commit(ws, conv_id, "merged", agent=agent, note=f"into {into} as {commit[:12]}")
     return MergeResult(conv_id, fork.branch, into, commit, stat, already)
+
+
+def _brought(root: Path, theirs: str) -> list[str]:
+    """The conversations whose commits a merge of ``theirs`` brings into HEAD (nested
+    forks merged into the child first included): ``Jpfs-Merged`` names each, so a
+    reader of the target's history sees them without walking the branch."""
+    proc = git.run(
+        root,
+        ["log", "--format=%(trailers:key=Jpfs-Conversation,valueonly)", theirs, "--not", "HEAD"],
+        ok=(0, 128),
+    )
+    return sorted({line.strip() for line in proc.stdout.splitlines() if line.strip()})
 
 
 def _current_branch(root: Path) -> str:

@@ -298,7 +298,9 @@ class Runner:
         pending = messages.pending_tool_calls(events)
         if pending:
             self.run_tools(conv, pending)
-            self.commit_edits(conv, [str(c["name"]) for c in pending])
+            self.commit_edits(
+                conv, [str(c["name"]) for c in pending], [str(c["id"]) for c in pending]
+            )
             return False
         config = conv.config
         tools = self.tools_for(conv)
@@ -372,13 +374,21 @@ class Runner:
 
         return branches.files_root(self.ws, conv)
 
-    def commit_edits(self, conv: Conversation, tools: list[str] | None = None) -> None:
-        """Commit the agent's file edits onto its branch (branch workspaces only)."""
+    def commit_edits(
+        self, conv: Conversation, tools: list[str] | None = None, calls: list[str] | None = None
+    ) -> None:
+        """Commit the agent's file edits onto its branch (branch workspaces only), linked
+        to the tool events of ``calls`` (protocol/provenance.md)."""
         from jpfs.services.forks import branches
 
         agent = str(conv.meta().get("agent") or "agent")
         branches.commit_edits(
-            self.ws, conv.id, agent=agent, author=agent_identity(agent), tools=tools
+            self.ws,
+            conv.id,
+            agent=agent,
+            author=agent_identity(agent),
+            tools=tools,
+            links=lambda: record.edit_links(self.ws, conv, calls or ()),
         )
 
     def run_tools(self, conv: Conversation, calls: list[dict[str, Any]]) -> None:
