@@ -859,8 +859,8 @@ def readme_local_model(block: Block, env: Env) -> None:
     import threading
 
     from jpfs.core import profiles
+    from jpfs.infra.providers import make as make_provider
     from jpfs.infra.providers.base import Request
-    from jpfs.services.run.runtime import make_provider
     from tests.chat_server import ChatServer, chat_text
 
     profile = load_profile(env, block.text, "local")

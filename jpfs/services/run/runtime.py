@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -39,6 +38,7 @@ from jpfs.errors import (
     ProfileError,
     ProviderError,
 )
+from jpfs.infra import providers
 from jpfs.infra.providers.base import Provider, Reply, Request
 from jpfs.services.conversations import budgets, inputs, lifecycle, onboarding, reports, runs
 from jpfs.services.run.app import App, default
@@ -51,29 +51,6 @@ Progress = Callable[[str], None]
 
 def _seq(name: tuple[int, str, str]) -> int:
     return name[0]
-
-
-def make_provider(config: Mapping[str, Any]) -> Provider:
-    kind = config.get("provider", "anthropic")
-    if kind == "script":
-        from jpfs.infra.providers.script import ScriptProvider
-
-        return ScriptProvider(config.get("script", {}))
-    if kind == "command":
-        from jpfs.infra.providers.command import CommandProvider
-
-        cmd = config.get("command", {})
-        return CommandProvider(list(cmd.get("argv", [])), timeout=float(cmd.get("timeout", 600)))
-    if kind == "openai":
-        from jpfs.infra.providers.openai import DEFAULT_KEY_ENV, OpenAIProvider
-
-        return OpenAIProvider(
-            base_url=config.get("base_url"),
-            api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV,
-        )
-    from jpfs.infra.providers.anthropic import AnthropicProvider
-
-    return AnthropicProvider()
 
 
 @dataclass
@@ -109,13 +86,9 @@ class Runner:
             self.progress(text)
 
     def provider(self, config: Mapping[str, Any]) -> Provider:
-        # Keyed by what the provider is built from, so a profile edited while the daemon
-        # runs (a new argv, new script turns) gets a new provider, never the stale one.
-        kind = str(config.get("provider"))
-        built_from = [config.get(kind), config.get("base_url"), config.get("api_key_env")]
-        key = f"{kind}:{config.get('name')}:{json.dumps(built_from, sort_keys=True)}"
+        key = providers.key(config)
         if key not in self.providers:
-            self.providers[key] = make_provider(config)
+            self.providers[key] = providers.make(config)
         return self.providers[key]
 
     def complete(self, conv: Conversation, request: Request) -> Reply:
