@@ -28,12 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# A bench is an entry point, like the CLI: runners it builds without an App get the tools.
-from jpfs.services.run.app import App, use_default  # noqa: E402
-from jpfs.tools.registry import build_tools  # noqa: E402
-
-use_default(App(build_tools))
-
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Bench User",
     "GIT_AUTHOR_EMAIL": "bench@example.com",
@@ -57,7 +51,13 @@ def pin_environment() -> None:
     """Fixed git identity, no system/global git config, no colour, no API keys.
 
     Set on ``os.environ`` so every subprocess a bench starts (git, jpfs) sees it too.
+    Every bench's ``main`` starts here, which makes it an entry point like the CLI: the
+    runners it builds without an App of their own get the tools.
     """
+    from jpfs.services.run.app import App, use_default
+    from jpfs.tools.registry import build_tools
+
+    use_default(App(build_tools))
     os.environ.update(IDENTITY)
     os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
     os.environ["GIT_CONFIG_GLOBAL"] = os.devnull
