@@ -140,6 +140,17 @@ def start(ws: Path, url: str) -> int:
     return int((ws / ".jpfs" / "local" / "daemon.pid").read_text(encoding="utf-8"))
 
 
+def wait_warm(ws: Path) -> None:
+    """Until the daemon has loaded the model SDK (about a second of CPU, once): the
+    throughput measured is a running daemon's, not its start's."""
+    log = ws / ".jpfs" / "local" / "daemon.log"
+    wait(
+        lambda: log.exists() and "SDK loaded" in log.read_text(encoding="utf-8"),
+        60,
+        f"{ws.name}'s daemon to load the SDK",
+    )
+
+
 def stop(ws: Path) -> None:
     subprocess.run(
         jpfs_argv("daemon", "stop", "--force", "--timeout", "30"), cwd=ws, capture_output=True
@@ -188,6 +199,8 @@ def throughput(
         try:
             for ws in clones:
                 start(ws, server.url)
+            for ws in clones:
+                wait_warm(ws)
             into = writer if share else clones[0]
             for i in range(count):
                 conv = into / "conversations" / f"t-{i:04d}"

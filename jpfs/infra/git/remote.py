@@ -70,11 +70,10 @@ def check_remote(repo: Path, remote: str) -> str:
 def fetch(repo: Path, remote: str, refspecs: Sequence[str], *, prune: bool = True) -> None:
     """``git fetch`` the given refspecs (forced, so a rewound remote ref is followed)."""
     # The sync loop fetches every few seconds: no `maintenance --auto` process after each
-    # (the committer runs git's housekeeping itself) and no history walk to report
-    # forced updates nobody reads.
+    # (the committer runs git's housekeeping itself).
     args = [
         "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
-        "--no-auto-maintenance", "--no-show-forced-updates",
+        "--no-auto-maintenance",
     ]  # fmt: skip
     if prune:
         args.append("--prune")

@@ -231,9 +231,11 @@ class SyncEngine:
                 self.stats.pushes += 1
                 self.stats.last_push = time.time()
                 if send and ours is not None:
-                    # Compare-and-swap: a fetch meanwhile may have seen newer still.
+                    # Compare-and-swap: a fetch meanwhile may have seen newer still; and
+                    # not during a fetch, which holds the same ref's lock.
                     moved = [self.track_record, ours, theirs or ""]
-                    git.run(self.repo, ["update-ref", *moved], check=False)
+                    with self._fetching:
+                        git.run(self.repo, ["update-ref", *moved], check=False)
                 for conv_id, (oid, seq) in renewing.items():
                     self.book.renewed(conv_id, oid, seq)
                 self.book.released(releasing)
