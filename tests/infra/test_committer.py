@@ -750,6 +750,9 @@ def test_sigkill_mid_commit_leaves_repo_usable(repo: Path) -> None:
                 index_lock.unlink()
                 c.commit_pending()  # and now the index catches up
             assert not index_lock.exists()
+            # Its own pack roll-up, left running, would race the next fsck (as a user's
+            # fsck races any git gc): this test is about the killed worker.
+            c.close(wait=True)
     assert_consistent(repo)
 
 

@@ -40,7 +40,9 @@ _MAINTENANCE: tuple[tuple[str, ...], ...] = (
 _REPACK: tuple[tuple[str, ...], ...] = (
     ("repack", "-d", "-q", "--geometric=2", "--no-write-bitmap-index", "--write-midx"),
 )
-_PACK_FILES = (".idx", ".pack", ".rev", ".bitmap", ".mtimes")  # .idx first: how git finds a pack
+# git's order (unlink_pack_path): a kill midway leaves an .idx without its .pack, which
+# git skips as it finds packs.
+_PACK_FILES = (".pack", ".idx", ".rev", ".bitmap", ".mtimes")
 
 
 class Maintenance:
