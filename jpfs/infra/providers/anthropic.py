@@ -65,10 +65,7 @@ class AnthropicProvider:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.max_retry_after = max_retry_after
-        self.connect_timeout = connect_timeout
-        self._init_lock = threading.Lock()
-        self._client: anthropic.Anthropic | None = None
-        self._ssl: ssl.SSLContext | None = None
+        self._clients = attempts.SdkClients(connect_timeout)
 
     # -- the turn
 
@@ -125,35 +122,18 @@ class AnthropicProvider:
     ) -> tuple[anthropic.Anthropic, httpx2.Client, httpx2.Timeout]:
         try:
             import anthropic
-            import httpx2
         except ImportError as exc:
             raise ProviderError(f"the anthropic package is not installed ({exc})") from exc
 
-        with self._init_lock:
-            if self._client is None:
-                # Building an SSL context costs ~20 ms; every attempt shares this one, and
-                # so does the base client (which would otherwise build one of its own,
-                # never used: each attempt brings its own HTTP client).
-                self._ssl = httpx2.create_ssl_context()
-                self._client = anthropic.Anthropic(
-                    api_key=self._api_key,
-                    base_url=self._base_url,
-                    max_retries=0,
-                    http_client=anthropic.DefaultHttpxClient(verify=self._ssl),
-                )
-            base, ssl_context = self._client, self._ssl
-        assert ssl_context is not None
-        # The attempt's deadline is enforced by _attempt; httpx's own read timeout is only
-        # a backstop, a little later so that the two do not race to report the timeout.
-        http_timeout = httpx2.Timeout(timeout + 1.0, connect=min(timeout, self.connect_timeout))
-        # A fresh client per attempt: its sockets belong to this attempt alone, so an
-        # abort cannot touch a concurrent call's connection.
-        http = anthropic.DefaultHttpxClient(
-            verify=ssl_context,
-            timeout=http_timeout,
-            event_hooks={"request": [connections.on_request]},
-        )
-        return base.with_options(http_client=http, max_retries=0), http, http_timeout
+        def base(ssl_context: ssl.SSLContext) -> anthropic.Anthropic:
+            return anthropic.Anthropic(
+                api_key=self._api_key,
+                base_url=self._base_url,
+                max_retries=0,
+                http_client=anthropic.DefaultHttpxClient(verify=ssl_context),
+            )
+
+        return self._clients.for_attempt(base, anthropic.DefaultHttpxClient, connections, timeout)
 
 
 def _request_params(request: Request) -> JsonDict:

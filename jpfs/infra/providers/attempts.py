@@ -25,6 +25,8 @@ from jpfs.errors import Cancelled, ProviderError
 from jpfs.infra.providers.base import Reply
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx2
 
 # How often a waiting caller looks at the cancel flag and the attempt's deadline.
@@ -191,3 +193,43 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     return when.timestamp() - time.time()
+
+
+class SdkClients:
+    """An SDK's client for each attempt: the base client made once (its SSL context
+    costs ~20 ms to build, and the base would otherwise build one of its own, never
+    used), and a fresh HTTP client per attempt, whose sockets belong to that attempt
+    alone, so an abort cannot touch a concurrent call's connection."""
+
+    def __init__(self, connect_timeout: float) -> None:
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._base: Any = None
+        self._ssl: ssl.SSLContext | None = None
+
+    def for_attempt(
+        self,
+        make_base: Callable[[ssl.SSLContext], Any],
+        http_client: Callable[..., httpx2.Client],
+        connections: Connections,
+        timeout: float,
+    ) -> tuple[Any, httpx2.Client, httpx2.Timeout]:
+        """``make_base(ssl_context)``: the SDK's client (``max_retries=0``);
+        ``http_client``: the SDK's ``DefaultHttpxClient``. Returns the attempt's client,
+        its HTTP client (close it after the attempt) and the timeout it was given."""
+        import httpx2
+
+        with self._lock:
+            if self._base is None:
+                self._ssl = httpx2.create_ssl_context()
+                self._base = make_base(self._ssl)
+            base, ssl_context = self._base, self._ssl
+        # The attempt's deadline is enforced by in_worker; httpx's own read timeout is
+        # only a backstop, a little later so that the two do not race to report it.
+        http_timeout = httpx2.Timeout(timeout + 1.0, connect=min(timeout, self.connect_timeout))
+        http = http_client(
+            verify=ssl_context,
+            timeout=http_timeout,
+            event_hooks={"request": [connections.on_request]},
+        )
+        return base.with_options(http_client=http, max_retries=0), http, http_timeout

@@ -75,10 +75,7 @@ class OpenAIProvider:
         self._tokens_param = "max_completion_tokens" if host == _OPENAI_HOST else "max_tokens"
         self.max_retries = max_retries
         self.backoff = attempts.Backoff(backoff_base, backoff_max, max_retry_after)
-        self.connect_timeout = connect_timeout
-        self._init_lock = threading.Lock()
-        self._client: openai.OpenAI | None = None
-        self._ssl: ssl.SSLContext | None = None
+        self._clients = attempts.SdkClients(connect_timeout)
 
     def complete(self, request: Request, cancel: threading.Event) -> Reply:
         params = self.params(request)
@@ -153,33 +150,19 @@ class OpenAIProvider:
         self, connections: attempts.Connections, timeout: float
     ) -> tuple[openai.OpenAI, httpx2.Client, httpx2.Timeout]:
         try:
-            import httpx2
             import openai
         except ImportError as exc:
             raise ProviderError(f"the openai package is not installed ({exc})") from exc
 
-        with self._init_lock:
-            if self._client is None:
-                # One SSL context for every attempt (building one costs ~20 ms).
-                self._ssl = httpx2.create_ssl_context()
-                self._client = openai.OpenAI(
-                    api_key=self._api_key,
-                    base_url=self._base_url,
-                    max_retries=0,
-                    http_client=openai.DefaultHttpxClient(verify=self._ssl),
-                )
-            base, ssl_context = self._client, self._ssl
-        assert ssl_context is not None
-        # The attempt's deadline is enforced by attempts.in_worker; httpx's own read
-        # timeout is a backstop, a little later so that the two do not race.
-        http_timeout = httpx2.Timeout(timeout + 1.0, connect=min(timeout, self.connect_timeout))
-        # A fresh client per attempt: an abort shuts down this attempt's sockets alone.
-        http = openai.DefaultHttpxClient(
-            verify=ssl_context,
-            timeout=http_timeout,
-            event_hooks={"request": [connections.on_request]},
-        )
-        return base.with_options(http_client=http, max_retries=0), http, http_timeout
+        def base(ssl_context: ssl.SSLContext) -> openai.OpenAI:
+            return openai.OpenAI(
+                api_key=self._api_key,
+                base_url=self._base_url,
+                max_retries=0,
+                http_client=openai.DefaultHttpxClient(verify=ssl_context),
+            )
+
+        return self._clients.for_attempt(base, openai.DefaultHttpxClient, connections, timeout)
 
 
 def _classify(exc: BaseException) -> attempts.Failure:
