@@ -65,7 +65,13 @@ def blame(
     ws = state.ws()
     within = scope.resolve(ws.conv_root, root_id) if root_id else None
     target = Path(os.path.abspath(path))
+    if ".git" in target.parts:
+        raise NotFoundError(f"{path}: inside .git, not a file of a work tree")
     if not target.parent.is_dir() or (rev is None and not target.is_file()):
+        if target.is_dir():
+            raise NotFoundError(f"{path}: a directory; blame takes a file")
+        if target.exists():
+            raise NotFoundError(f"{path}: not a regular file")
         raise NotFoundError(f"{path}: no such file")
     cwd, name = target.parent, target.name
     if explain is not None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from jpfs.core import frontmatter, ids, record
-from jpfs.errors import FormatError, GitError, IdError, ScopeError
+from jpfs.errors import ArgumentError, FormatError, GitError, IdError, ScopeError
 from jpfs.infra import git
 from jpfs.infra.git import refs
 from jpfs.infra.git.runner import run_bytes
@@ -106,7 +106,7 @@ def blame_rows(
     if start is not None:
         args += ["-L", f"{start},{end if end is not None else ''}"]
     if rev:
-        args.append(rev)
+        args.append(commit_of(cwd, rev))  # an id, never a word git could take for an option
     args += ["--", path]
     proc = run_bytes(cwd, args, check=False)
     if proc.returncode != 0:
@@ -351,16 +351,23 @@ def blame(
     return rows
 
 
-def _contained_rev(cwd: Path, rev: str) -> str:
-    """A scoped caller may blame only history its work tree holds: not the record's
-    branch, nor another agent's unmerged branch."""
+def commit_of(cwd: Path, rev: str) -> str:
+    """The commit ``rev`` names, as its id; a rev that starts with ``-`` is refused, so
+    that no caller can hand git an option (``--output=FILE`` writes a file)."""
     if rev.startswith("-"):
-        raise ScopeError(f"rev {rev!r} may not start with '-'")
+        raise ArgumentError(f"rev {rev!r} may not start with '-'")
     proc = git.run(cwd, ["rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], ok=(0, 1, 128))
-    head = git.run(cwd, ["rev-parse", "--verify", "-q", "HEAD"], ok=(0, 1, 128)).stdout.strip()
     sha = proc.stdout.strip()
     if proc.returncode != 0 or not sha:
         raise GitError(f"no commit {rev!r}")
+    return sha
+
+
+def _contained_rev(cwd: Path, rev: str) -> str:
+    """A scoped caller may blame only history its work tree holds: not the record's
+    branch, nor another agent's unmerged branch."""
+    sha = commit_of(cwd, rev)
+    head = git.run(cwd, ["rev-parse", "--verify", "-q", "HEAD"], ok=(0, 1, 128)).stdout.strip()
     if not head or not refs.is_ancestor(cwd, sha, head):
         raise ScopeError(f"rev {rev!r} is not in the history of your working tree")
     return sha
