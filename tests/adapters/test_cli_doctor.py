@@ -62,3 +62,28 @@ def test_on_a_branch_without_jpfs_the_kept_config_is_a_warning(
     assert found["config"]["status"] == "warn"
     assert "missing on this branch" in found["config"]["detail"]
     assert "check out a branch with .jpfs/" in found["config"]["fix"]
+
+
+def test_an_openai_default_agent_is_checked_for_its_own_key(
+    ws: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "LOCAL_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    write_profile(ws, "gpt", 'model = "gpt-4.1-mini"\nprovider = "openai"\n')
+    write_profile(
+        ws,
+        "local",
+        'model = "qwen3:8b"\nprovider = "openai"\nbase_url = "http://127.0.0.1:1/v1"\n'
+        'api_key_env = "LOCAL_KEY"\n',
+    )
+    assert cli("config", "set", "agents.allowed", '["gpt", "local"]').code == 0
+    assert cli("config", "set", "conversations.default_agent", "gpt").code == 0
+    _, found = checks(cli)
+    assert found["api key"]["status"] == "warn", found["api key"]
+    assert "OPENAI_API_KEY" in found["api key"]["detail"]
+    assert "base_url" in found["api key"]["fix"]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert checks(cli)[1]["api key"]["status"] == "ok"
+    assert cli("config", "set", "conversations.default_agent", "local").code == 0
+    _, found = checks(cli)
+    assert found["api key"]["status"] == "ok" and "server of its own" in found["api key"]["detail"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -128,9 +129,12 @@ def _api_key(ws: workspace_mod.Workspace) -> Check:
 
     default = str(ws.config["conversations.default_agent"])
     try:
-        provider = policy.load_profile(ws, default, trusted=False).config.get("provider")
+        config = policy.load_profile(ws, default, trusted=False).config
     except JpfsError:
-        provider = "anthropic"
+        config = {}
+    provider = config.get("provider") or "anthropic"
+    if provider == "openai":
+        return _openai_key(default, config)
     if os.environ.get("ANTHROPIC_API_KEY", "").strip():
         return Check("api key", "ok", "ANTHROPIC_API_KEY is set")
     if provider != "anthropic":
@@ -139,6 +143,20 @@ def _api_key(ws: workspace_mod.Workspace) -> Check:
         "api key", "warn", f"ANTHROPIC_API_KEY is not set, and the default agent ({default})"
         " needs it",
         "export ANTHROPIC_API_KEY=..., or try the offline demo agent: `jpfs query --agent demo`",
+    )  # fmt: skip
+
+
+def _openai_key(default: str, config: Mapping[str, Any]) -> Check:
+    """An OpenAI-compatible default agent: its key variable, unless a local server (a
+    ``base_url``, its own or ``OPENAI_BASE_URL``) needs none."""
+    name = str(config.get("api_key_env") or "OPENAI_API_KEY")
+    if os.environ.get(name, "").strip():
+        return Check("api key", "ok", f"{name} is set (default agent {default}: openai)")
+    if config.get("base_url") or os.environ.get("OPENAI_BASE_URL", "").strip():
+        return Check("api key", "ok", f"not needed: {default} talks to a server of its own")
+    return Check(
+        "api key", "warn", f"{name} is not set, and the default agent ({default}) needs it",
+        f"export {name}=..., or give the profile a base_url (a local server needs no key)",
     )  # fmt: skip
 
 
