@@ -70,10 +70,12 @@ def check_remote(repo: Path, remote: str) -> str:
 def fetch(repo: Path, remote: str, refspecs: Sequence[str], *, prune: bool = True) -> None:
     """``git fetch`` the given refspecs (forced, so a rewound remote ref is followed)."""
     # The sync loop fetches every few seconds: no `maintenance --auto` process after each
-    # (the committer runs git's housekeeping itself).
+    # (the committer runs git's housekeeping itself); and only the refs the refspecs name
+    # (`--refmap=`): git would also update refs/remotes/<remote>/*, which a user's own
+    # fetch and our pushes write too, and two writers of a ref make one fail.
     args = [
         "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
-        "--no-auto-maintenance",
+        "--no-auto-maintenance", "--refmap=",
     ]  # fmt: skip
     if prune:
         args.append("--prune")

@@ -230,15 +230,15 @@ class SyncEngine:
                     self._scanned.clear()  # pushed: theirs holds it now, never scanned again
                 self.stats.pushes += 1
                 self.stats.last_push = time.time()
+                for conv_id, (oid, seq) in renewing.items():
+                    self.book.renewed(conv_id, oid, seq)
+                self.book.released(releasing)
                 if send and ours is not None:
                     # Compare-and-swap: a fetch meanwhile may have seen newer still; and
                     # not during a fetch, which holds the same ref's lock.
                     moved = [self.track_record, ours, theirs or ""]
                     with self._fetching:
                         git.run(self.repo, ["update-ref", *moved], check=False)
-                for conv_id, (oid, seq) in renewing.items():
-                    self.book.renewed(conv_id, oid, seq)
-                self.book.released(releasing)
                 return True
             # Whatever the push said (a remote rejects every ref of a failed atomic
             # push alike), a lease is lost exactly when the remote holds another value.
