@@ -114,7 +114,7 @@ class SyncEngine:
             theirs = refs.resolve(self.repo, self.track_record)
             if theirs is None:
                 return Integration("up-to-date")  # the remote has no record yet: our push makes it
-            forfeit = sorted(self.book.forfeited)
+            forfeit = self.book.forfeits()  # a push may lose a lease meanwhile
             prefixes = [f"{cid}/" for cid in forfeit]
             with self.timings.step("integrate"):
                 outcome = integrate(
@@ -128,7 +128,7 @@ class SyncEngine:
             if outcome.kind == "merge":
                 self.stats.merges += 1
             if outcome.kind in ("merge", "fast-forward", "up-to-date"):
-                self.book.forfeited.difference_update(forfeit)
+                self.book.settled(forfeit)
             if outcome.conflicts:
                 self.stats.conflicts = (self.stats.conflicts + outcome.conflicts)[-20:]
                 log.warning(

@@ -177,6 +177,16 @@ class LeaseBook:
                 self._seen.pop(lease.ref, None)
             self.forfeited.add(conv_id)
 
+    def forfeits(self) -> list[str]:
+        """The conversations forfeited and not yet taken back from the remote."""
+        with self._lock:
+            return sorted(self.forfeited)
+
+    def settled(self, conv_ids: list[str]) -> None:
+        """Their remote version is ours now: no longer forfeit."""
+        with self._lock:
+            self.forfeited.difference_update(conv_ids)
+
     def due(self, now: float) -> bool:
         """Whether a renewal is due (a third of the duration since the oldest renewal)."""
         with self._lock:
