@@ -49,12 +49,15 @@ class Work:
             (conv / "task.md").write_text(f"Task {conv_id}.\n", encoding="utf-8")
             self.ids.append(conv_id)
 
-    def check(self, answer: str = "Helper says hello.") -> None:
+    def wait(self) -> None:
         wait_until(
             lambda: all(state_of(self.ws, c) == "idle" for c in self.ids),
             timeout=90,
             message=f"{len(self.ids)} conversations to finish",
         )
+
+    def check(self, answer: str = "Helper says hello.") -> None:
+        self.wait()
         for conv_id in self.ids:
             events = self.ws / "conversations" / conv_id / "events"
             names = sorted(p.name for p in events.iterdir())
@@ -255,10 +258,12 @@ def test_gc_prune_now_and_maintenance(busy: Path) -> None:
     collector.start()
     try:
         work.start("pruned", 12)
-        work.check()
+        work.wait()
     finally:
         done.set()
         collector.join()
+    # fsck once the user's repack loop has stopped: an fsck races any repack, git's own.
+    work.check()
     work.start("gc", 3)
     git(ws, "gc", "-q", "--prune=now")
     git(ws, "maintenance", "run", "--task=gc", "--task=loose-objects", "--task=commit-graph")
