@@ -19,8 +19,6 @@ from jpfs.infra.providers import anthropic_reply, attempts
 from jpfs.infra.providers.base import JsonDict, Reply, Request
 
 if TYPE_CHECKING:
-    import ssl
-
     import anthropic
     import httpx2
 
@@ -58,14 +56,15 @@ class AnthropicProvider:
             )
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
-        self._api_key = key.strip()
-        # None lets the SDK read ANTHROPIC_BASE_URL.
-        self._base_url = base_url
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.max_retry_after = max_retry_after
-        self._clients = attempts.SdkClients(connect_timeout)
+        self._clients = attempts.SdkClients(
+            key.strip(),
+            base_url,
+            connect_timeout,  # None: the SDK reads ANTHROPIC_BASE_URL
+        )
 
     # -- the turn
 
@@ -87,10 +86,12 @@ class AnthropicProvider:
         cancel: threading.Event,
         on_text: Callable[[str], None] | None = None,
     ) -> Reply | attempts.Failure:
-        connections = attempts.Connections()
-        client, http, http_timeout = self._attempt_client(connections, timeout)
+        try:
+            import anthropic
+        except ImportError as exc:
+            raise ProviderError(f"the anthropic package is not installed ({exc})") from exc
 
-        def work() -> Reply | httpx2.Response:
+        def work(client: anthropic.Anthropic, http_timeout: httpx2.Timeout) -> object:
             if on_text is None:
                 raw = client.messages.with_raw_response.create(**params, timeout=http_timeout)
                 return raw.http_response
@@ -101,39 +102,18 @@ class AnthropicProvider:
                     streamed.status_code, streamed.iter_lines(), on_text
                 )
 
-        try:
-            outcome = attempts.in_worker(
-                work,
-                name="jpfs-anthropic-request",
-                connections=connections,
-                timeout=timeout,
-                cancel=cancel,
-            )
-        finally:
-            http.close()
-        if isinstance(outcome, BaseException):
-            return _classify(outcome)
+        outcome = self._clients.attempt(
+            anthropic.Anthropic,
+            anthropic.DefaultHttpxClient,
+            work,
+            name="jpfs-anthropic-request",
+            timeout=timeout,
+            cancel=cancel,
+            classify=_classify,
+        )
         if isinstance(outcome, Reply | attempts.Failure):
             return outcome
         return anthropic_reply.parse_reply(outcome)
-
-    def _attempt_client(
-        self, connections: attempts.Connections, timeout: float
-    ) -> tuple[anthropic.Anthropic, httpx2.Client, httpx2.Timeout]:
-        try:
-            import anthropic
-        except ImportError as exc:
-            raise ProviderError(f"the anthropic package is not installed ({exc})") from exc
-
-        def base(ssl_context: ssl.SSLContext) -> anthropic.Anthropic:
-            return anthropic.Anthropic(
-                api_key=self._api_key,
-                base_url=self._base_url,
-                max_retries=0,
-                http_client=anthropic.DefaultHttpxClient(verify=ssl_context),
-            )
-
-        return self._clients.for_attempt(base, anthropic.DefaultHttpxClient, connections, timeout)
 
 
 def _request_params(request: Request) -> JsonDict:

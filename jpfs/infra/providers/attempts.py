@@ -201,28 +201,67 @@ class SdkClients:
     used), and a fresh HTTP client per attempt, whose sockets belong to that attempt
     alone, so an abort cannot touch a concurrent call's connection."""
 
-    def __init__(self, connect_timeout: float) -> None:
+    def __init__(self, api_key: str, base_url: str | None, connect_timeout: float) -> None:
+        self.api_key = api_key
+        self.base_url = base_url
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._base: Any = None
         self._ssl: ssl.SSLContext | None = None
 
-    def for_attempt(
+    def attempt(
         self,
-        make_base: Callable[[ssl.SSLContext], Any],
+        sdk_client: Callable[..., Any],
+        http_client: Callable[..., httpx2.Client],
+        work: Callable[[Any, httpx2.Timeout], Any],
+        *,
+        name: str,
+        timeout: float,
+        cancel: threading.Event,
+        classify: Callable[[BaseException], Failure],
+    ) -> Any:
+        """One attempt: ``work(client, http_timeout)`` in a worker thread
+        (:func:`in_worker`) on a client of its own, closed after; an exception it raised
+        comes back as ``classify`` words it. Anything else ``work`` returned comes back
+        as it is, for the provider to read."""
+        connections = Connections()
+        client, http, http_timeout = self._for_attempt(
+            sdk_client, http_client, connections, timeout
+        )
+        try:
+            outcome = in_worker(
+                lambda: work(client, http_timeout),
+                name=name,
+                connections=connections,
+                timeout=timeout,
+                cancel=cancel,
+            )
+        finally:
+            http.close()
+        return classify(outcome) if isinstance(outcome, BaseException) else outcome
+
+    def _for_attempt(
+        self,
+        sdk_client: Callable[..., Any],
         http_client: Callable[..., httpx2.Client],
         connections: Connections,
         timeout: float,
     ) -> tuple[Any, httpx2.Client, httpx2.Timeout]:
-        """``make_base(ssl_context)``: the SDK's client (``max_retries=0``);
-        ``http_client``: the SDK's ``DefaultHttpxClient``. Returns the attempt's client,
+        """``sdk_client``: the SDK's client class (``anthropic.Anthropic``,
+        ``openai.OpenAI``); ``http_client``: the SDK's ``DefaultHttpxClient``. Returns the attempt's client,
         its HTTP client (close it after the attempt) and the timeout it was given."""
         import httpx2
 
         with self._lock:
             if self._base is None:
                 self._ssl = httpx2.create_ssl_context()
-                self._base = make_base(self._ssl)
+                # The SDK's own retries are off: they sleep where a cancel cannot reach.
+                self._base = sdk_client(
+                    api_key=self.api_key,
+                    base_url=self.base_url,
+                    max_retries=0,
+                    http_client=http_client(verify=self._ssl),
+                )
             base, ssl_context = self._base, self._ssl
         # The attempt's deadline is enforced by in_worker; httpx's own read timeout is
         # only a backstop, a little later so that the two do not race to report it.

@@ -21,8 +21,6 @@ from jpfs.infra.providers.anthropic_reply import one_line
 from jpfs.infra.providers.base import JsonDict, Reply, Request
 
 if TYPE_CHECKING:
-    import ssl
-
     import httpx2
     import openai
 
@@ -69,13 +67,11 @@ class OpenAIProvider:
             key = PLACEHOLDER_KEY
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
-        self._api_key = key
-        self._base_url = url
         host = urllib.parse.urlsplit(url).hostname if url else _OPENAI_HOST
         self._tokens_param = "max_completion_tokens" if host == _OPENAI_HOST else "max_tokens"
         self.max_retries = max_retries
         self.backoff = attempts.Backoff(backoff_base, backoff_max, max_retry_after)
-        self._clients = attempts.SdkClients(connect_timeout)
+        self._clients = attempts.SdkClients(key, url, connect_timeout)
 
     def complete(self, request: Request, cancel: threading.Event) -> Reply:
         params = self.params(request)
@@ -111,11 +107,13 @@ class OpenAIProvider:
         cancel: threading.Event,
         on_text: Callable[[str], None] | None,
     ) -> Reply | attempts.Failure:
-        connections = attempts.Connections()
-        client, http, http_timeout = self._attempt_client(connections, timeout)
-        completions = client.chat.completions
+        try:
+            import openai
+        except ImportError as exc:
+            raise ProviderError(f"the openai package is not installed ({exc})") from exc
 
-        def work() -> Reply:
+        def work(client: openai.OpenAI, http_timeout: httpx2.Timeout) -> Reply:
+            completions = client.chat.completions
             if on_text is None:
                 raw = completions.with_raw_response.create(**params, timeout=http_timeout)
                 response = raw.http_response
@@ -130,39 +128,18 @@ class OpenAIProvider:
                     streamed.status_code, streamed.iter_lines(), on_text
                 )
 
-        try:
-            outcome = attempts.in_worker(
-                work,
-                name="jpfs-openai-request",
-                connections=connections,
-                timeout=timeout,
-                cancel=cancel,
-            )
-        finally:
-            http.close()
-        if isinstance(outcome, BaseException):
-            return _classify(outcome)
+        outcome = self._clients.attempt(
+            openai.OpenAI,
+            openai.DefaultHttpxClient,
+            work,
+            name="jpfs-openai-request",
+            timeout=timeout,
+            cancel=cancel,
+            classify=_classify,
+        )
         if isinstance(outcome, Reply | attempts.Failure):
             return outcome
         raise TypeError(f"unexpected attempt outcome {outcome!r}")
-
-    def _attempt_client(
-        self, connections: attempts.Connections, timeout: float
-    ) -> tuple[openai.OpenAI, httpx2.Client, httpx2.Timeout]:
-        try:
-            import openai
-        except ImportError as exc:
-            raise ProviderError(f"the openai package is not installed ({exc})") from exc
-
-        def base(ssl_context: ssl.SSLContext) -> openai.OpenAI:
-            return openai.OpenAI(
-                api_key=self._api_key,
-                base_url=self._base_url,
-                max_retries=0,
-                http_client=openai.DefaultHttpxClient(verify=ssl_context),
-            )
-
-        return self._clients.for_attempt(base, openai.DefaultHttpxClient, connections, timeout)
 
 
 def _classify(exc: BaseException) -> attempts.Failure:
