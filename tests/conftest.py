@@ -191,6 +191,32 @@ def wait_until(
         event.wait(interval)
 
 
+def assert_fsck_clean(repo: Path, *flags: str, timeout: float = 60.0) -> str:
+    """``git fsck`` passes; its output.
+
+    A live daemon may roll packs up while fsck reads them, and fsck then reports a
+    pack whose index it can no longer open (git's own repack does the same to it). A
+    failure is retried only when the set of packs changed during that fsck, so a
+    lasting fault still fails, and only until ``timeout``.
+    """
+    pack_dir = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    pack_dir = pack_dir / "objects" / "pack"
+    deadline = time.monotonic() + timeout
+    while True:
+        before = sorted(pack_dir.glob("*.idx"))
+        proc = subprocess.run(
+            ["git", "fsck", "--no-progress", *flags],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode == 0:
+            return proc.stdout + proc.stderr
+        if sorted(pack_dir.glob("*.idx")) == before or time.monotonic() > deadline:
+            raise AssertionError(f"git fsck in {repo}: {proc.stdout}{proc.stderr}")
+
+
 @contextlib.contextmanager
 def no_thread_leak() -> Iterator[None]:
     before = set(threading.enumerate())

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import (
+    assert_fsck_clean,
     jpfs_subprocess,
     running_daemon,
     use_only_agent,
@@ -65,10 +66,7 @@ def assert_healthy(ws: Path) -> None:
     status = jpfs_subprocess("daemon", "status", "--format", "json", cwd=ws)
     assert status.returncode == 0, status.stderr
     assert '"running": true' in status.stdout, status.stdout
-    fsck = subprocess.run(
-        ["git", "fsck", "--strict"], cwd=ws, capture_output=True, text=True, check=False
-    )
-    assert fsck.returncode == 0, fsck.stderr
+    assert_fsck_clean(ws, "--strict")
 
 
 def start_conversation(ws: Path, conv_id: str, task: str = "Say hello.\n") -> Path:

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, jpfs_subprocess, rgit, running_daemon, wait_until, write_profile
+from tests.conftest import (
+    assert_fsck_clean,
+    git,
+    jpfs_subprocess,
+    rgit,
+    running_daemon,
+    wait_until,
+    write_profile,
+)
 from tests.hostile.conftest import AGENT
 from tests.messages_server import MessagesServer, last_user_text, text_reply
 
@@ -101,5 +109,4 @@ def test_a_full_disk_is_reported_and_survived(
     leftovers = [p for p in ws.rglob("*") if p.name.endswith((".jpfs-tmp", ".lock"))]
     assert leftovers == []
     assert rgit(ws, "status", "--porcelain") == ""
-    fsck = subprocess.run(["git", "fsck", "--strict"], cwd=ws, capture_output=True, check=False)
-    assert fsck.returncode == 0, fsck.stderr
+    assert_fsck_clean(ws, "--strict")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import git, jpfs_subprocess, rgit, wait_until
+from tests.conftest import assert_fsck_clean, git, jpfs_subprocess, rgit, wait_until
 
 LEAD = """\
 model = "script-lead"
@@ -171,11 +171,7 @@ def leftovers(ws: Path) -> list[str]:
 
 
 def fsck(ws: Path) -> str:
-    proc = subprocess.run(
-        ["git", "fsck", "--no-dangling"], cwd=ws, capture_output=True, text=True, check=False
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout + proc.stderr
+    return assert_fsck_clean(ws, "--no-dangling")
 
 
 # -- the daemon process ------------------------------------------------------------------------

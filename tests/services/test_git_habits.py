@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Result, git, jpfs_subprocess, running_daemon, wait_until
+from tests.conftest import (
+    Result,
+    assert_fsck_clean,
+    git,
+    jpfs_subprocess,
+    running_daemon,
+    wait_until,
+)
 from tests.services.test_daemon_helpers import setup_workspace, state_of, status
 
 Action = Callable[[Path, Callable[[str], None], Path], None]
@@ -65,10 +72,7 @@ class Work:
             assert len([n for n in names if n.endswith("-assistant.md")]) == 1, (conv_id, names)
             result = (self.ws / "conversations" / conv_id / "result.md").read_text("utf-8")
             assert answer in result or "Helper" in result, (conv_id, result)
-        fsck = subprocess.run(
-            ["git", "fsck", "--strict"], cwd=self.ws, capture_output=True, text=True, check=False
-        )
-        assert fsck.returncode == 0, fsck.stderr
+        assert_fsck_clean(self.ws, "--strict")
         daemon = jpfs_subprocess("daemon", "status", "--format", "json", cwd=self.ws)
         assert daemon.returncode == 0 and json.loads(daemon.stdout)["failures"] == 0
 

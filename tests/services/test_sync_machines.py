@@ -14,13 +14,12 @@ import json
 import os
 import re
 import signal
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, jpfs_subprocess, use_only_agent, wait_until
+from tests.conftest import assert_fsck_clean, git, jpfs_subprocess, use_only_agent, wait_until
 from tests.messages_server import MessagesServer, RecordedRequest, last_user_text, text_reply
 
 AGENT = """
@@ -104,10 +103,7 @@ def key_of(request: RecordedRequest) -> str:
 
 
 def fsck(path: Path) -> None:
-    proc = subprocess.run(
-        ["git", "fsck", "--strict", "--no-progress"], cwd=path, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, f"git fsck in {path.name}: {proc.stderr}"
+    assert_fsck_clean(path, "--strict")
 
 
 @pytest.mark.timeout(900)
