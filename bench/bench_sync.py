@@ -157,9 +157,34 @@ def stop(ws: Path) -> None:
     )
 
 
+class Results:
+    """How many ``result.md`` the record branch of ``repo`` holds, polled cheaply: the
+    tree is listed only when the branch moved (the poll runs every 50 ms beside the
+    daemons measured, on the same cores)."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo, self.tip, self.count = repo, b"", 0
+        common = run_command(["git", "rev-parse", "--git-common-dir"], repo).decode().strip()
+        self.ref = (repo / common / "refs" / "heads" / "jpfs-record").resolve()
+
+    def __call__(self) -> int:
+        try:
+            tip = self.ref.read_bytes()  # a loose ref, as every push and commit leaves it
+        except FileNotFoundError:
+            tip = run_command(
+                ["git", "rev-parse", "-q", "--verify", "jpfs-record"], self.repo, ok=(0, 1)
+            )
+        if tip and tip != self.tip:
+            out = run_command(
+                ["git", "ls-tree", "-r", "--name-only", tip.decode().strip()], self.repo
+            )
+            self.count = sum(1 for line in out.decode().splitlines() if line.endswith("/result.md"))
+            self.tip = tip
+        return self.count
+
+
 def results_on(remote: Path) -> int:
-    out = run_command(["git", "ls-tree", "-r", "--name-only", "jpfs-record"], remote)
-    return sum(1 for line in out.decode().splitlines() if line.endswith("/result.md"))
+    return Results(remote)()
 
 
 def wait(predicate: Any, timeout: float, what: str, every: float = 0.05) -> None:
@@ -210,7 +235,8 @@ def throughput(
             if share:
                 jpfs(writer, "sync")
             where = remote if share else clones[0]
-            wait(lambda: results_on(where) >= count, 900, f"{count} results", every=0.05)
+            results = Results(where)
+            wait(lambda: results() >= count, 900, f"{count} results", every=0.05)
             took = time.monotonic() - t0
             asked = sorted(r.received_at for r in server.requests if r.received_at >= t0)
             # Until the first model call, and from the last call's answer to the end.

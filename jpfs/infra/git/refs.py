@@ -47,6 +47,32 @@ def ahead_behind(repo: Path, local: str, upstream: str) -> tuple[int, int]:
     return int(ahead), int(behind)
 
 
+def changed_since_fork(repo: Path, ours: str, theirs: str, path: str) -> bool:
+    """Whether ``theirs`` holds a change under ``path`` that ``ours`` lacks: its tree
+    there differs from the one at their merge base (in process; ``theirs`` contained in
+    ``ours`` lacks nothing)."""
+    if ours == theirs:
+        return False
+    try:
+        handle = _open(repo)
+        if handle.descendant_of(ours, theirs):
+            return False
+        base = handle.merge_base(ours, theirs)
+        return _entry(handle, theirs, path) != (_entry(handle, base, path) if base else None)
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"cannot compare {ours[:12]} and {theirs[:12]}: {exc}") from exc
+
+
+def _entry(handle: pygit2.Repository, commit: str | pygit2.Oid, path: str) -> str | None:
+    found = handle.get(commit)
+    if not isinstance(found, pygit2.Commit):
+        raise GitError(f"{commit} is not a commit")
+    try:
+        return str(found.tree[path].id)
+    except KeyError:
+        return None
+
+
 def _open(repo: Path) -> pygit2.Repository:
     # A fresh handle per call: cheap, always sees the refs on disk, and pygit2 handles
     # are not to be shared between threads.

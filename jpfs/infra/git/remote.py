@@ -43,6 +43,12 @@ class PushResult:
     refs: dict[str, tuple[str, str]]
     message: str = ""
 
+    def took(self, ref: str) -> bool:
+        """Whether the remote took the update of ``ref`` (a push that succeeded whole,
+        ``--quiet``, lists no ref at all)."""
+        status = self.refs.get(ref)
+        return self.ok if status is None else status[0] != "!"
+
     def rejected(self) -> dict[str, str]:
         """Refs the push did not update, with git's reason. With ``--atomic`` every ref
         of a failed push is listed, the innocent ones as "atomic push failed" (checked
@@ -82,11 +88,12 @@ def fetch(repo: Path, remote: str, refspecs: Sequence[str], *, prune: bool = Tru
     runner.run(repo, [*args, remote, *refspecs], env=_env())
 
 
-def push(repo: Path, remote: str, updates: Sequence[Update]) -> PushResult:
-    """Push ``updates`` in one atomic transaction, each guarded by its expectation."""
+def push(repo: Path, remote: str, updates: Sequence[Update], *, atomic: bool = True) -> PushResult:
+    """Push ``updates`` in one atomic transaction, each guarded by its expectation; with
+    ``atomic=False``, each is applied or refused on its own (``refs`` says which)."""
     if not updates:
         return PushResult(True, {})
-    args = ["push", "--porcelain", "--atomic", "--quiet", "--no-verify"]
+    args = ["push", "--porcelain", "--quiet", "--no-verify", *(["--atomic"] if atomic else [])]
     specs: list[str] = []
     for up in updates:
         args.append(f"--force-with-lease={up.ref}:{up.expect or ''}")

@@ -241,7 +241,7 @@ class Reconciler:
         """Take the run lock, adopt, find the edits to commit; None: nothing to do now."""
         paths = self.settling.paths(conv_id)
         settled = self.settling.settled_at(paths, max(0.0, self.settle - self.debounce))
-        if settled > time.monotonic():
+        if settled > time.monotonic() and not self.recorded(paths):
             self.due[conv_id] = settled
             return None
         if self.settling.still_written(paths):
@@ -283,6 +283,11 @@ class Reconciler:
         if paths or verdict.need is not Need.NOTHING:
             candidates.update(f"{conv.id}/{name}" for name in TOP_FILES)
         return Serving(conv_id, conv, verdict, self.dirty(candidates), adopted)
+
+    def recorded(self, paths: set[str]) -> bool:
+        """Whether these touched files already are the record's (a merge from a peer
+        wrote them, with git): nothing is being saved, so nothing to wait for."""
+        return bool(paths) and not self.dirty(paths) and not self.settling.still_written(paths)
 
     def dirty(self, paths: set[str]) -> dict[str, list[str]]:
         assert self.head is not None

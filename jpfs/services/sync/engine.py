@@ -29,6 +29,7 @@ from jpfs.infra.git import refs
 from jpfs.infra.git import remote as gitremote
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
+from jpfs.services.sync.batch import ClaimBatch
 from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
@@ -69,6 +70,9 @@ class SyncEngine:
         gitremote.check_remote(self.repo, self.remote)
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
+        # Claims fetch the record into a ref of their own: no wait on the cycle's fetch.
+        self.track_claimed = f"refs/jpfs/sync/{self.remote}/claimed"
+        self._claim_spec = f"+refs/heads/{self.branch}:{self.track_claimed}"
         self.book = LeaseBook(self.repo, self.machine, self.incarnation, lease)
         self.stats = SyncStats()
         self.timings = Timings()
@@ -80,8 +84,13 @@ class SyncEngine:
         self._pulling = threading.RLock()
         self._pushing = threading.RLock()
         self._fetching = threading.Lock()
+        self._claim_fetching = threading.Lock()
+        self._claims = ClaimBatch(
+            lambda updates: gitremote.push(self.repo, self.remote, updates, atomic=False)
+        )
+        self._claim_fetch_started = float("-inf")
         self.refusal: dict[str, str] = {}  # why the last claim of a conversation failed
-        self._pull_started = float("-inf")
+        self._pull_started = self._fetch_started = float("-inf")
         self._last_pull: Integration | None = None
         self._busy = ""  # why the last merge had to wait (said once, not every cycle)
         # Commits about to be pushed are scanned for secrets first (jpfs.services.sync.leaks);
@@ -95,22 +104,30 @@ class SyncEngine:
         outcome = self.pull()
         if not push:
             return outcome
-        for _attempt in range(_PUSH_ATTEMPTS):
+        for attempt in range(_PUSH_ATTEMPTS):
             if self.push(record=outcome.kind != "busy"):
                 return outcome
-            # Peers pushed first. Our leases must not lapse while we catch up:
-            # renewals alone never race anyone's record.
-            self.push(record=False)
-            outcome = self.pull()
+            # Peers pushed first; the failed push fetched what they pushed. Our leases
+            # must not lapse while we catch up (renewals alone never race anyone's
+            # record), but the next attempt renews them too: only a second miss pays
+            # for a push of its own.
+            if attempt:
+                self.push(record=False)
+            outcome = self.pull(fetched=True)
         raise GitError(
             f"could not push the record to {self.remote}: other machines pushed first"
             f" {_PUSH_ATTEMPTS} times in a row; the next sync tries again"
         )
 
-    def pull(self) -> Integration:
+    def pull(self, *, fetched: bool = False) -> Integration:
+        """Fetch (unless ``fetched``: a failed push just did) and integrate."""
         with self._pulling:
-            self._pull_started = time.monotonic()
-            self.fetch()
+            # What pull_since asks about: when the fetch this pull integrates began (with
+            # the pull held and on the cycle's thread, no other fetch is in flight).
+            started = self._fetch_started if fetched else time.monotonic()
+            if not fetched:
+                self.fetch()
+            self._pull_started = started
             theirs = refs.resolve(self.repo, self.track_record)
             if theirs is None:
                 return Integration("up-to-date")  # the remote has no record yet: our push makes it
@@ -154,6 +171,7 @@ class SyncEngine:
     def fetch(self) -> dict[str, str]:
         """Fetch the remote's record and leases; returns its leases (ref -> value)."""
         with self._fetching:  # git locks the tracking refs a fetch writes
+            self._fetch_started = time.monotonic()
             specs = [
                 f"+refs/heads/{self.branch}:{self.track_record}",
                 f"+{LEASE_NS}*:{self.track_leases}*",
@@ -282,10 +300,8 @@ class SyncEngine:
             return False
         oid, seq = self.book.make(conv_id)
         with self.timings.step("claim"):
-            result = gitremote.push(
-                self.repo, self.remote, [Update(ref, oid, seen.oid if seen else None)]
-            )
-        if not result.ok:
+            won = self._claims.claim(Update(ref, oid, seen.oid if seen else None))
+        if not won:
             self.stats.claims_lost += 1
             self.timings.add("lost", 0.0)
             return False
@@ -301,7 +317,10 @@ class SyncEngine:
         self.book.taken(conv_id, oid, seq)
         try:
             # The previous holder pushed its work before (or with) giving the lease
-            # back: act only on the files as the remote has them.
+            # back: act only on the files as the remote has them. Mostly the remote has
+            # nothing new there, and the merge can wait for the cycle.
+            if self._current(conv_id, claimed):
+                return True
             with self.timings.step("claim-pull"):
                 outcome = self.pull_since(claimed)
             pause = threading.Event()
@@ -324,6 +343,28 @@ class SyncEngine:
             self.refusal[conv_id] = f"its files could not be brought up to date: {outcome.reason}"
             return False
         return True
+
+    def _current(self, conv_id: str, claimed: float) -> bool:
+        """Whether this clone's record already holds every change the remote has under
+        ``conv_id``, as a fetch of the record begun after ``claimed`` sees it (claims
+        made together share one). A forfeit not yet taken back always merges first."""
+        with self._claim_fetching:
+            if self._claim_fetch_started <= claimed:
+                started = time.monotonic()
+                with self.timings.step("claim-fetch"), self._reaching():
+                    try:
+                        gitremote.fetch(self.repo, self.remote, [self._claim_spec], prune=False)
+                    except GitError as exc:
+                        if "couldn't find remote ref" not in str(exc):
+                            raise
+                self._claim_fetch_started = started
+            tip = refs.resolve(self.repo, self.track_claimed)
+        if self.book.forfeits():
+            return False
+        ours = refs.resolve(self.repo, f"refs/heads/{self.branch}")
+        if tip is None or ours is None:
+            return tip is None  # the remote has no record yet: nobody worked on it
+        return not refs.changed_since_fork(self.repo, ours, tip, conv_id)
 
     def _give_back(self, conv_id: str) -> None:
         """Release a lease under which nothing was done, at once and on its own (a

@@ -1,0 +1,68 @@
+"""Claims pushed together: one push carries every claim made while the last one flew.
+
+When a wave of runs ends, a daemon's free workers claim their next conversations within
+milliseconds of one another. Each claim is its own compare-and-swap on its own lease
+ref, so they need not wait for one another, only for a connection to the remote: the
+first claimant pushes at once, and the claims that arrive meanwhile go together in the
+next push (group commit). The push is not atomic: each lease is won or lost on its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from jpfs.infra.git.remote import PushResult, Update
+
+
+@dataclass
+class _Request:
+    update: Update
+    done: bool = False
+    won: bool = False
+    error: BaseException | None = None
+
+
+class ClaimBatch:
+    """Push claims (lease updates with their expectations) in batches; thread-safe."""
+
+    def __init__(self, push: Callable[[Sequence[Update]], PushResult]) -> None:
+        self._push = push
+        self._cv = threading.Condition()
+        self._queue: list[_Request] = []
+        self._pushing = False
+
+    def claim(self, update: Update) -> bool:
+        """Whether the remote took ``update`` (False: another value was there)."""
+        request = _Request(update)
+        with self._cv:
+            if any(queued.update.ref == update.ref for queued in self._queue):
+                return False  # another thread here claims it in this very push: that one acts
+            self._queue.append(request)
+            while not request.done and self._pushing:
+                self._cv.wait()
+            if request.done:
+                return self._outcome(request)
+            self._pushing = True
+            batch, self._queue = self._queue, []
+        try:
+            result = self._push([queued.update for queued in batch])
+            for queued in batch:
+                queued.won = result.took(queued.update.ref)
+        except BaseException as exc:  # each claimant raises it: none may think it won
+            for queued in batch:
+                queued.error = exc
+        finally:
+            with self._cv:
+                for queued in batch:
+                    queued.done = True
+                self._pushing = False
+                self._cv.notify_all()
+        return self._outcome(request)
+
+    @staticmethod
+    def _outcome(request: _Request) -> bool:
+        if request.error is not None:
+            raise request.error
+        return request.won
