@@ -47,6 +47,24 @@ def ahead_behind(repo: Path, local: str, upstream: str) -> tuple[int, int]:
     return int(ahead), int(behind)
 
 
+def messages_under(repo: Path, prefix: str) -> dict[str, tuple[str, str]]:
+    """The refs whose names start with ``prefix``: name -> (object id, commit message;
+    "" for an object that is not a commit). In process: the sync loop asks after every
+    fetch."""
+    out: dict[str, tuple[str, str]] = {}
+    try:
+        handle = _open(repo)
+        for reference in handle.references.iterator():
+            if not reference.name.startswith(prefix):
+                continue
+            found = handle.get(reference.resolve().target)
+            message = found.message if isinstance(found, pygit2.Commit) else ""
+            out[reference.name] = (str(found.id) if found is not None else "", message)
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"cannot list {prefix}* in {repo}: {exc}") from exc
+    return out
+
+
 def changed_since_fork(repo: Path, ours: str, theirs: str, path: str) -> bool:
     """Whether ``theirs`` holds a change under ``path`` that ``ours`` lacks: its tree
     there differs from the one at their merge base (in process; ``theirs`` contained in

@@ -227,10 +227,11 @@ _retry_after = attempts.retry_after
 
 
 def load_sdk() -> None:
-    """Import the SDK now, off the path of a run: a daemon does once it is idle, so the
-    first query handed to it does not pay the import."""
+    """Import the SDK and build the SSL context now, off the path of a run: a daemon
+    does once it is idle, so the first query handed to it does not pay for them."""
     try:
         import anthropic  # noqa: F401
         import httpx2  # noqa: F401
     except ImportError:
-        pass  # the first call says so, as a ProviderError
+        return  # the first call says so, as a ProviderError
+    attempts.shared_ssl_context()

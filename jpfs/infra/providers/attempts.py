@@ -195,11 +195,27 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return when.timestamp() - time.time()
 
 
+_ssl_lock = threading.Lock()
+_ssl_contexts: list[ssl.SSLContext] = []
+
+
+def shared_ssl_context() -> ssl.SSLContext:
+    """The process's one SSL context for model calls: building one loads the CA bundle
+    (~20 ms of CPU), and a provider is made per run. A context only verifies, so every
+    client and thread can share it."""
+    import httpx2
+
+    with _ssl_lock:
+        if not _ssl_contexts:
+            _ssl_contexts.append(httpx2.create_ssl_context())
+        return _ssl_contexts[0]
+
+
 class SdkClients:
-    """An SDK's client for each attempt: the base client made once (its SSL context
-    costs ~20 ms to build, and the base would otherwise build one of its own, never
-    used), and a fresh HTTP client per attempt, whose sockets belong to that attempt
-    alone, so an abort cannot touch a concurrent call's connection."""
+    """An SDK's client for each attempt: the base client made once (with the shared SSL
+    context: the base would otherwise build one of its own, never used), and a fresh
+    HTTP client per attempt, whose sockets belong to that attempt alone, so an abort
+    cannot touch a concurrent call's connection."""
 
     def __init__(self, api_key: str, base_url: str | None, connect_timeout: float) -> None:
         self.api_key = api_key
@@ -254,7 +270,7 @@ class SdkClients:
 
         with self._lock:
             if self._base is None:
-                self._ssl = httpx2.create_ssl_context()
+                self._ssl = shared_ssl_context()
                 # The SDK's own retries are off: they sleep where a cancel cannot reach.
                 self._base = sdk_client(
                     api_key=self.api_key,

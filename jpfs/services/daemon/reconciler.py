@@ -241,10 +241,11 @@ class Reconciler:
         """Take the run lock, adopt, find the edits to commit; None: nothing to do now."""
         paths = self.settling.paths(conv_id)
         settled = self.settling.settled_at(paths, max(0.0, self.settle - self.debounce))
-        if settled > time.monotonic() and not self.recorded(paths):
-            self.due[conv_id] = settled
-            return None
-        if self.settling.still_written(paths):
+        if settled > time.monotonic():
+            if not self.recorded(paths):
+                self.due[conv_id] = settled
+                return None
+        elif self.settling.still_written(paths):
             self.due[conv_id] = time.monotonic() + self.settle
             return None
         if not conv_id:  # files at the root belong to no conversation
@@ -286,8 +287,10 @@ class Reconciler:
 
     def recorded(self, paths: set[str]) -> bool:
         """Whether these touched files already are the record's (a merge from a peer
-        wrote them, with git): nothing is being saved, so nothing to wait for."""
-        return bool(paths) and not self.dirty(paths) and not self.settling.still_written(paths)
+        wrote them, with git): nothing of anyone's is half-saved there, so nothing to
+        wait for. (A file open for writing but unchanged yet reads as the record says;
+        what its writer saves later is an edit of its own.)"""
+        return bool(paths) and not self.dirty(paths)
 
     def dirty(self, paths: set[str]) -> dict[str, list[str]]:
         assert self.head is not None

@@ -4,7 +4,9 @@ When a wave of runs ends, a daemon's free workers claim their next conversations
 milliseconds of one another. Each claim is its own compare-and-swap on its own lease
 ref, so they need not wait for one another, only for a connection to the remote: the
 first claimant pushes at once, and the claims that arrive meanwhile go together in the
-next push (group commit). The push is not atomic: each lease is won or lost on its own.
+next push (group commit); the first waits a few milliseconds for the others of its burst,
+and a second push may fly beside the first. A push is not atomic: each lease is won or
+lost on its own.
 """
 
 from __future__ import annotations
@@ -27,11 +29,23 @@ class _Request:
 class ClaimBatch:
     """Push claims (lease updates with their expectations) in batches; thread-safe."""
 
-    def __init__(self, push: Callable[[Sequence[Update]], PushResult]) -> None:
+    def __init__(
+        self,
+        push: Callable[[Sequence[Update]], PushResult],
+        *,
+        gather: float = 0.005,
+        parallel: int = 2,
+    ) -> None:
         self._push = push
+        # The free workers of a daemon claim within a few milliseconds of one another
+        # (a wave of runs ended, or new work arrived): the first waits that long for them.
+        self.gather = gather
+        # A claim made while a push flies need not wait for its end: a second may fly.
+        self.parallel = parallel
         self._cv = threading.Condition()
         self._queue: list[_Request] = []
-        self._pushing = False
+        self._gathering = False
+        self._flying = 0
 
     def claim(self, update: Update) -> bool:
         """Whether the remote took ``update`` (False: another value was there)."""
@@ -40,12 +54,18 @@ class ClaimBatch:
             if any(queued.update.ref == update.ref for queued in self._queue):
                 return False  # another thread here claims it in this very push: that one acts
             self._queue.append(request)
-            while not request.done and self._pushing:
+            while not request.done:
+                if not self._gathering and self._flying < self.parallel and request in self._queue:
+                    break  # lead the next push
                 self._cv.wait()
-            if request.done:
+            else:
                 return self._outcome(request)
-            self._pushing = True
+            self._gathering = True
+            self._cv.wait(self.gather)  # claims of the same burst join meanwhile
             batch, self._queue = self._queue, []
+            self._gathering = False
+            self._flying += 1
+            self._cv.notify_all()  # claims made from now on may lead a push of their own
         try:
             result = self._push([queued.update for queued in batch])
             for queued in batch:
@@ -57,7 +77,7 @@ class ClaimBatch:
             with self._cv:
                 for queued in batch:
                     queued.done = True
-                self._pushing = False
+                self._flying -= 1
                 self._cv.notify_all()
         return self._outcome(request)
 

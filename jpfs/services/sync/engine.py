@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,12 +32,14 @@ from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
 from jpfs.services.sync.batch import ClaimBatch
 from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
+from jpfs.services.sync.probe import Probes
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
 
 log = logging.getLogger("jpfs.services.sync")
 
 _PUSH_ATTEMPTS = 4
+_HOLDER = re.compile(r"^Jpfs-Machine: *(\S+) *$", re.MULTILINE)  # in a lease's message
 # Waits before trying a merge again when the record worktree is busy (a claim).
 _BUSY_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)
 
@@ -70,9 +73,6 @@ class SyncEngine:
         gitremote.check_remote(self.repo, self.remote)
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
-        # Claims fetch the record into a ref of their own: no wait on the cycle's fetch.
-        self.track_claimed = f"refs/jpfs/sync/{self.remote}/claimed"
-        self._claim_spec = f"+refs/heads/{self.branch}:{self.track_claimed}"
         self.book = LeaseBook(self.repo, self.machine, self.incarnation, lease)
         self.stats = SyncStats()
         self.timings = Timings()
@@ -84,11 +84,17 @@ class SyncEngine:
         self._pulling = threading.RLock()
         self._pushing = threading.RLock()
         self._fetching = threading.Lock()
-        self._claim_fetching = threading.Lock()
+        # Claims fetch the record into refs of their own: no wait on the cycle's fetch.
+        self._probes = Probes(
+            self.repo,
+            self.remote,
+            self.branch,
+            f"refs/jpfs/sync/{self.remote}/claimed-",
+            self._probing,
+        )
         self._claims = ClaimBatch(
             lambda updates: gitremote.push(self.repo, self.remote, updates, atomic=False)
         )
-        self._claim_fetch_started = float("-inf")
         self.refusal: dict[str, str] = {}  # why the last claim of a conversation failed
         self._pull_started = self._fetch_started = float("-inf")
         self._last_pull: Integration | None = None
@@ -104,16 +110,17 @@ class SyncEngine:
         outcome = self.pull()
         if not push:
             return outcome
-        for attempt in range(_PUSH_ATTEMPTS):
+        for _attempt in range(_PUSH_ATTEMPTS):
             if self.push(record=outcome.kind != "busy"):
                 return outcome
-            # Peers pushed first; the failed push fetched what they pushed. Our leases
-            # must not lapse while we catch up (renewals alone never race anyone's
-            # record), but the next attempt renews them too: only a second miss pays
-            # for a push of its own.
-            if attempt:
+            # Peers pushed first; the failed push fetched what they pushed. The next
+            # attempt renews our leases too; only one that would lapse before it meets
+            # a push of its own first (renewals alone never race anyone's record), and
+            # then the remote is fetched again.
+            renew = self.book.urgent(time.monotonic())
+            if renew:
                 self.push(record=False)
-            outcome = self.pull(fetched=True)
+            outcome = self.pull(fetched=not renew)
         raise GitError(
             f"could not push the record to {self.remote}: other machines pushed first"
             f" {_PUSH_ATTEMPTS} times in a row; the next sync tries again"
@@ -183,22 +190,13 @@ class SyncEngine:
                     if "couldn't find remote ref" not in str(exc):
                         raise
                     gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
-            listed = git.run(
-                self.repo,
-                [
-                    "for-each-ref",
-                    "--format=%(objectname) %(refname) %(trailers:key=Jpfs-Machine,valueonly,separator=)",
-                    self.track_leases,
-                ],
-            ).stdout
             remote: dict[str, str] = {}
             peers: dict[str, int] = {}
-            for line in listed.splitlines():
-                oid, _, rest = line.partition(" ")
-                ref, _, holder = rest.partition(" ")
+            for ref, (oid, message) in refs.messages_under(self.repo, self.track_leases).items():
                 remote[LEASE_NS + ref.removeprefix(self.track_leases)] = oid
-                if holder.strip():
-                    peers[holder.strip()] = peers.get(holder.strip(), 0) + 1
+                holder = _HOLDER.search(message)
+                if holder:
+                    peers[holder[1]] = peers.get(holder[1], 0) + 1
             self.book.observe(remote)
             self.stats.peers = peers
             # Last: a status that shows this fetch shows what it found.
@@ -265,6 +263,12 @@ class SyncEngine:
                 if remote.get(lease.ref) != lease.oid and self.book.get(lease.conv_id) is lease:
                     self._lose(lease.conv_id, "another machine holds it now")
             return False
+
+    @contextlib.contextmanager
+    def _probing(self) -> Iterator[None]:
+        """Around each fetch a claim makes (:class:`Probes`)."""
+        with self.timings.step("claim-fetch"), self._reaching():
+            yield
 
     @contextlib.contextmanager
     def _reaching(self) -> Iterator[None]:
@@ -348,17 +352,7 @@ class SyncEngine:
         """Whether this clone's record already holds every change the remote has under
         ``conv_id``, as a fetch of the record begun after ``claimed`` sees it (claims
         made together share one). A forfeit not yet taken back always merges first."""
-        with self._claim_fetching:
-            if self._claim_fetch_started <= claimed:
-                started = time.monotonic()
-                with self.timings.step("claim-fetch"), self._reaching():
-                    try:
-                        gitremote.fetch(self.repo, self.remote, [self._claim_spec], prune=False)
-                    except GitError as exc:
-                        if "couldn't find remote ref" not in str(exc):
-                            raise
-                self._claim_fetch_started = started
-            tip = refs.resolve(self.repo, self.track_claimed)
+        tip = self._probes.tip_since(claimed)
         if self.book.forfeits():
             return False
         ours = refs.resolve(self.repo, f"refs/heads/{self.branch}")

@@ -187,6 +187,11 @@ class LeaseBook:
         with self._lock:
             self.forfeited.difference_update(conv_ids)
 
+    def urgent(self, now: float) -> bool:
+        """Whether a lease held went half its duration without a renewal."""
+        with self._lock:
+            return any(now - lease.renewed >= self.duration / 2 for lease in self._held.values())
+
     def due(self, now: float) -> bool:
         """Whether a renewal is due (a third of the duration since the oldest renewal)."""
         with self._lock:

@@ -1,0 +1,306 @@
+"""Claims at speed, on real clones and a real bare remote: claims pushed together, each
+won or lost alone; the fetch after a claim, shared and never waited for behind another;
+and a claimed conversation brought up to date only when the remote changed it."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from jpfs.core.workspace import open_workspace
+from jpfs.errors import GitError
+from jpfs.infra.git import refs
+from jpfs.infra.git import remote as gitremote
+from jpfs.infra.git.remote import PushResult, Update
+from jpfs.services.sync.batch import ClaimBatch
+from jpfs.services.sync.engine import SyncEngine
+from jpfs.services.sync.probe import Probes
+from tests.conftest import (
+    Result,
+    clone_sharing,
+    git,
+    rgit,
+    running_daemon,
+    share_record,
+    wait_until,
+)
+from tests.messages_server import MessagesServer, last_user_text, text_reply
+from tests.services.test_sync_machines import clone, jpfs, seed_remote
+
+
+def engine_at(path: Path) -> SyncEngine:
+    return SyncEngine(open_workspace(path))
+
+
+def commit_in_record(clone: Path, conv_id: str, name: str, text: str) -> None:
+    (clone / "conversations" / conv_id).mkdir(parents=True, exist_ok=True)
+    (clone / "conversations" / conv_id / name).write_text(text, encoding="utf-8")
+    rgit(clone, "add", "-A")
+    rgit(clone, "commit", "-q", "-m", f"{conv_id}: {name}")
+
+
+# -- the engine -------------------------------------------------------------------------------
+
+
+def test_a_claim_after_a_peers_release_brings_its_work_first(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = share_record(tmp_path, ws, cli)
+    peer = clone_sharing(remote, tmp_path / "peer", cli)
+    ours, theirs = engine_at(ws), engine_at(peer)
+    ours.fetch()  # our view: nobody holds "job", and it has no result
+    # The peer claims it, runs its turn and gives it back with the work, all since.
+    assert theirs.claim("job")
+    commit_in_record(peer, "job", "result.md", "done by the peer\n")
+    theirs.release("job")
+    theirs.sync_once()
+    assert git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
+    # The lease is free again, so our claim wins; the files must be the remote's first.
+    assert ours.claim("job")
+    result = ws / "conversations" / "job" / "result.md"
+    assert result.read_text(encoding="utf-8") == "done by the peer\n"
+    timings = ours.timings.snapshot()
+    assert timings["claim-fetch"]["count"] == 1 and timings["claim-pull"]["count"] == 1
+
+
+def test_a_claim_does_not_wait_for_news_of_other_conversations(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = share_record(tmp_path, ws, cli)
+    peer = clone_sharing(remote, tmp_path / "peer", cli)
+    ours, theirs = engine_at(ws), engine_at(peer)
+    ours.fetch()
+    commit_in_record(peer, "elsewhere", "task.md", "# Not ours to run\n")
+    theirs.sync_once()
+    assert ours.claim("job")
+    timings = ours.timings.snapshot()
+    assert timings["claim-fetch"]["count"] == 1 and "claim-pull" not in timings
+    # Fetched, not merged: the next cycle brings it.
+    assert not (ws / "conversations" / "elsewhere").exists()
+    ours.release("job")
+    ours.sync_once()
+    assert (ws / "conversations" / "elsewhere" / "task.md").exists()
+
+
+# -- claims pushed together ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def bare(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A clone with commits to push as lease values, and its bare remote."""
+    git(tmp_path, "init", "-q", "--bare", "remote.git")
+    clone = tmp_path / "clone"
+    git(tmp_path, "init", "-q", str(clone))
+    git(clone, "remote", "add", "origin", str(tmp_path / "remote.git"))
+    oids = []
+    for n in range(8):
+        git(clone, "commit", "-q", "--allow-empty", "-m", f"lease {n}")
+        oids.append(git(clone, "rev-parse", "HEAD").strip())
+    return clone, oids
+
+
+class Pushes:
+    """The real push, counted."""
+
+    def __init__(self, clone: Path, remote: str = "origin") -> None:
+        self.clone, self.remote, self.sizes = clone, remote, list[int]()
+
+    def __call__(self, updates: Sequence[Update]) -> PushResult:
+        self.sizes.append(len(updates))
+        return gitremote.push(self.clone, self.remote, updates, atomic=False)
+
+
+def claim_at_once(batch: ClaimBatch, updates: list[Update]) -> dict[int, object]:
+    results: dict[int, object] = {}
+    barrier = threading.Barrier(len(updates))
+
+    def claim(index: int) -> None:
+        barrier.wait()
+        try:
+            results[index] = batch.claim(updates[index])
+        except GitError as exc:
+            results[index] = exc
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(updates))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_claims_made_together_go_in_one_push_each_won_alone(bare: tuple[Path, list[str]]) -> None:
+    clone, oids = bare
+    remote = clone.parent / "remote.git"
+    git(clone, "push", "-q", "origin", f"{oids[7]}:refs/jpfs/leases/held")
+    pushes = Pushes(clone)
+    batch = ClaimBatch(pushes, gather=1.0)  # a long gather: the burst surely lands in it
+    updates = [Update(f"refs/jpfs/leases/c{n}", oids[n], None) for n in range(4)]
+    updates.append(Update("refs/jpfs/leases/held", oids[4], None))  # expects it free: it is not
+    results = claim_at_once(batch, updates)
+    assert results == {0: True, 1: True, 2: True, 3: True, 4: False}
+    assert pushes.sizes == [5]
+    listed = git(remote, "for-each-ref", "--format=%(refname) %(objectname)", "refs/jpfs/leases/")
+    assert sorted(listed.split("\n")[:-1]) == sorted(
+        [f"refs/jpfs/leases/c{n} {oids[n]}" for n in range(4)]
+        + [f"refs/jpfs/leases/held {oids[7]}"]
+    )
+
+
+def test_one_conversation_claimed_twice_at_once_is_won_once(bare: tuple[Path, list[str]]) -> None:
+    clone, oids = bare
+    batch = ClaimBatch(Pushes(clone), gather=1.0)
+    updates = [Update("refs/jpfs/leases/same", oids[n], None) for n in range(2)]
+    assert sorted(claim_at_once(batch, updates).values()) == [False, True]  # type: ignore[type-var]
+
+
+def test_a_claim_made_while_a_push_flies_need_not_wait_for_it(bare: tuple[Path, list[str]]) -> None:
+    clone, oids = bare
+    flying, release = threading.Event(), threading.Event()
+    pushes = Pushes(clone)
+
+    def held_push(updates: Sequence[Update]) -> PushResult:
+        if not flying.is_set():
+            flying.set()
+            assert release.wait(30), "the second claim never got through"
+        return pushes(updates)
+
+    batch = ClaimBatch(held_push, gather=0.0)
+    first: dict[str, bool] = {}
+    thread = threading.Thread(target=lambda: first.setdefault("won", batch.claim(
+        Update("refs/jpfs/leases/a", oids[0], None))))  # fmt: skip
+    thread.start()
+    assert flying.wait(30)
+    try:
+        # The first push is still in the air: this one flies beside it.
+        assert batch.claim(Update("refs/jpfs/leases/b", oids[1], None)) is True
+    finally:
+        release.set()
+        thread.join()
+    assert first == {"won": True} and pushes.sizes == [1, 1]
+
+
+def test_a_push_that_fails_fails_every_claim_in_it(bare: tuple[Path, list[str]]) -> None:
+    clone, oids = bare
+    batch = ClaimBatch(Pushes(clone, remote=str(clone.parent / "missing.git")), gather=1.0)
+    updates = [Update(f"refs/jpfs/leases/c{n}", oids[n], None) for n in range(3)]
+    results = claim_at_once(batch, updates)
+    assert all(isinstance(outcome, GitError) for outcome in results.values()), results
+
+
+# -- the fetch after a claim ---------------------------------------------------------------------
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.count = 0
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        self.count += 1
+        yield
+
+
+def test_a_fetch_serves_the_claims_made_before_it_began(bare: tuple[Path, list[str]]) -> None:
+    clone, oids = bare
+    counted = Counted()
+    probes = Probes(clone, "origin", "record", "refs/jpfs/sync/origin/claimed-", counted)
+    assert probes.tip_since(0.0) is None  # no record on the remote yet
+    git(clone, "push", "-q", "origin", f"{oids[0]}:refs/heads/record")
+    claimed = time.monotonic()
+    assert probes.tip_since(claimed) == oids[0]
+    assert probes.tip_since(claimed) == oids[0]  # begun after this claim: shared
+    assert counted.count == 2
+    git(clone, "push", "-q", "origin", f"{oids[1]}:refs/heads/record")
+    assert probes.tip_since(time.monotonic()) == oids[1]  # a later claim: a fetch of its own
+    assert counted.count == 3
+
+
+# -- in process, as git says ----------------------------------------------------------------
+
+
+def test_changed_since_fork_agrees_with_git(bare: tuple[Path, list[str]]) -> None:
+    clone, _ = bare
+    git(clone, "checkout", "-q", "-b", "base")
+    for name in ("a/x", "b/y"):
+        (clone / name).parent.mkdir(exist_ok=True)
+        (clone / name).write_text(f"{name}\n", encoding="utf-8")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-q", "-m", "base")
+    git(clone, "checkout", "-q", "-b", "ours")
+    (clone / "a" / "x").write_text("ours\n", encoding="utf-8")
+    git(clone, "commit", "-q", "-am", "ours changes a")
+    for branch, change in [
+        ("theirs-a", ("a/x", "theirs\n")),
+        ("theirs-b", ("b/y", "theirs\n")),
+        ("theirs-new", ("c/z", "new\n")),
+        ("theirs-gone", ("b/y", None)),
+    ]:
+        git(clone, "checkout", "-q", "-b", branch, "base")
+        path, text = change
+        if text is None:
+            git(clone, "rm", "-q", path)
+        else:
+            (clone / path).parent.mkdir(exist_ok=True)
+            (clone / path).write_text(text, encoding="utf-8")
+            git(clone, "add", "-A")
+        git(clone, "commit", "-q", "-m", branch)
+    git(clone, "checkout", "-q", "-b", "ahead", "ours")
+    (clone / "b" / "y").write_text("ahead\n", encoding="utf-8")
+    git(clone, "commit", "-q", "-am", "ahead of ours")
+    ours = git(clone, "rev-parse", "ours").strip()
+    for branch in ("base", "ours", "theirs-a", "theirs-b", "theirs-new", "theirs-gone", "ahead"):
+        theirs = git(clone, "rev-parse", branch).strip()
+        base = git(clone, "merge-base", ours, theirs).strip()
+        for path in ("a", "b", "c", "a/x"):
+            said = subprocess.run(
+                ["git", "diff", "--quiet", base, theirs, "--", path], cwd=clone, check=False
+            )
+            changed = said.returncode != 0
+            assert refs.changed_since_fork(clone, ours, theirs, path) is changed, (branch, path)
+
+
+def test_messages_under_agrees_with_for_each_ref(bare: tuple[Path, list[str]]) -> None:
+    clone, oids = bare
+    git(clone, "update-ref", "refs/jpfs/x/one", oids[0])
+    git(clone, "update-ref", "refs/jpfs/x/two", oids[1])
+    empty_tree = git(clone, "hash-object", "-t", "tree", "-w", "/dev/null").strip()
+    git(clone, "update-ref", "refs/jpfs/x/tree", empty_tree)  # junk where a lease goes
+    git(clone, "update-ref", "refs/jpfs/y/other", oids[2])
+    listed = git(clone, "for-each-ref", "--format=%(refname) %(objectname)", "refs/jpfs/x/")
+    expected = dict(line.split(" ") for line in listed.splitlines())
+    found = refs.messages_under(clone, "refs/jpfs/x/")
+    assert {ref: oid for ref, (oid, _) in found.items()} == expected
+    assert found["refs/jpfs/x/one"][1] == "lease 0\n" and found["refs/jpfs/x/tree"][1] == ""
+
+
+# -- the daemon -----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
+    tmp_path: Path, api_env: MessagesServer
+) -> None:
+    """Files git wrote from a peer's record are the record's: the settle that waits for a
+    human to finish saving does not apply to them (a human edit still waits for it)."""
+    api_env.responder = lambda request: text_reply("Done.")  # type: ignore[assignment]
+    remote = seed_remote(tmp_path, lease=8.0)
+    daemon, writer = clone(remote, tmp_path / "d1"), clone(remote, tmp_path / "writer")
+    jpfs(daemon, "config", "set", "daemon.settle", "120")  # local: far longer than the test
+    with running_daemon(daemon):
+        (writer / "conversations" / "t-000").mkdir(parents=True)
+        task = writer / "conversations" / "t-000" / "task.md"
+        task.write_text("# Task 0\n\nSay hello.\n", encoding="utf-8")
+        jpfs(writer, "sync")
+        wait_until(
+            lambda: (daemon / "conversations" / "t-000" / "result.md").exists(),
+            timeout=60,
+            message="the merged task's turn, long before daemon.settle",
+        )
+    assert next(last_user_text(r.json or {}) for r in api_env.requests).startswith("# Task 0")
