@@ -273,6 +273,24 @@ def share_record(tmp_path: Path, ws: Path, cli: Callable[..., Result], **keys: s
     return remote
 
 
+def held_leases(remote: Path) -> list[str]:
+    """The lease refs on ``remote`` some machine holds. A released lease stays as a
+    tombstone naming the record that holds the work done under it (``Jpfs-Released``)
+    until a daemon sweeps it."""
+    listed = git(
+        remote,
+        "for-each-ref",
+        "--format=%(refname) %(trailers:key=Jpfs-Released,valueonly,separator=)",
+        "refs/jpfs/leases/",
+    )
+    held = []
+    for line in listed.splitlines():
+        ref, _, released = line.partition(" ")
+        if not released.strip():
+            held.append(ref)
+    return held
+
+
 def clone_sharing(remote: Path, path: Path, cli: Callable[..., Result]) -> Path:
     """A clone of ``remote`` whose record is attached by ``jpfs sync``."""
     git(remote.parent, "clone", "-q", str(remote), str(path))

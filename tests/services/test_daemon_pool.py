@@ -82,3 +82,16 @@ def test_stop_ends_the_runs_after_their_step_and_drops_the_queue() -> None:
         assert not pool.submit("c")
     assert h.stopped == ["a"] and h.started == ["a"]
     assert h.done == []  # no follow-up work is scheduled while stopping
+
+
+def test_a_preferring_pop_takes_the_first_preferred_group_head() -> None:
+    queue = FairQueue()
+    for conv_id in ["a", "b/1", "b/2", "c", "d"]:
+        queue.push(conv_id)
+    # Only group heads are candidates: "b/2" waits behind "b/1" whatever it prefers.
+    assert queue.pop(lambda conv_id: conv_id in ("b/2", "c")) == "c"
+    assert queue.pop(lambda conv_id: False) == "a"  # none preferred: the usual turn
+    assert queue.pop(None) == "b/1"
+    assert queue.pop(lambda conv_id: conv_id == "b/2") == "b/2"
+    assert queue.pop(lambda conv_id: True) == "d"
+    assert queue.pop(lambda conv_id: True) is None and len(queue) == 0

@@ -25,6 +25,7 @@ from tests.conftest import (
     Result,
     clone_sharing,
     git,
+    held_leases,
     rgit,
     running_daemon,
     share_record,
@@ -60,30 +61,58 @@ def test_a_claim_after_a_peers_release_brings_its_work_first(
     commit_in_record(peer, "job", "result.md", "done by the peer\n")
     theirs.release("job")
     theirs.sync_once()
-    assert git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
-    # The lease is free again, so our claim wins; the files must be the remote's first.
+    assert held_leases(remote) == []  # released: a tombstone naming the result's record
+    # A claim from our stale view (no lease at all) fails: the tombstone is there.
+    assert ours.claim("job") is False
+    ours.fetch()
+    # Claimed from the tombstone; its record changed "job": merged before acting.
     assert ours.claim("job")
     result = ws / "conversations" / "job" / "result.md"
     assert result.read_text(encoding="utf-8") == "done by the peer\n"
     timings = ours.timings.snapshot()
-    assert timings["claim-fetch"]["count"] == 1 and timings["claim-pull"]["count"] == 1
+    assert timings["claim-pull"]["count"] == 1
 
 
-def test_a_claim_does_not_wait_for_news_of_other_conversations(
+def test_a_claim_of_a_lease_released_with_work_we_have_asks_nothing_more(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
     remote = share_record(tmp_path, ws, cli)
     peer = clone_sharing(remote, tmp_path / "peer", cli)
     ours, theirs = engine_at(ws), engine_at(peer)
-    ours.fetch()
+    assert theirs.claim("job")
+    commit_in_record(peer, "job", "result.md", "done by the peer\n")
+    theirs.release("job")
+    theirs.sync_once()
+    ours.sync_once()  # the work is merged here; the lease seen released
+    assert ours.claim("job")
+    timings = ours.timings.snapshot()
+    assert timings["claim-known"]["count"] == 1
+    assert "claim-fetch" not in timings and "claim-pull" not in timings
+
+
+def test_a_claim_does_not_wait_for_news_of_other_conversations(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = share_record(tmp_path, ws, cli, lease="0.6", interval="0.2")
+    peer = clone_sharing(remote, tmp_path / "peer", cli)
+    ours, theirs = engine_at(ws), engine_at(peer)
     commit_in_record(peer, "elsewhere", "task.md", "# Not ours to run\n")
     theirs.sync_once()
+    # A view older than half a lease: the claim fetches the record once more.
+    ours.fetch()
+    wait_until(lambda: time.monotonic() - ours.observed_at > ours.claimer.fresh, timeout=5)
     assert ours.claim("job")
     timings = ours.timings.snapshot()
     assert timings["claim-fetch"]["count"] == 1 and "claim-pull" not in timings
+    # A fresh view of no lease: nothing more to ask (any release since left a tombstone).
+    ours.fetch()
+    assert ours.claim("job2")
+    timings = ours.timings.snapshot()
+    assert timings["claim-known"]["count"] == 1 and timings["claim-fetch"]["count"] == 1
     # Fetched, not merged: the next cycle brings it.
     assert not (ws / "conversations" / "elsewhere").exists()
     ours.release("job")
+    ours.release("job2")
     ours.sync_once()
     assert (ws / "conversations" / "elsewhere" / "task.md").exists()
 
@@ -304,3 +333,49 @@ def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
             message="the merged task's turn, long before daemon.settle",
         )
     assert next(last_user_text(r.json or {}) for r in api_env.requests).startswith("# Task 0")
+
+
+def test_released_leases_are_swept_once_old(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = share_record(tmp_path, ws, cli, lease="0.6", interval="0.2")
+    peer = clone_sharing(remote, tmp_path / "peer", cli)
+    ours, theirs = engine_at(ws), engine_at(peer)
+    assert theirs.claim("job")
+    theirs.release("job")
+    theirs.sync_once()
+    listed = git(remote, "for-each-ref", "--format=%(refname)", "refs/jpfs/leases/").split()
+    assert listed and held_leases(remote) == []  # released: there, as a tombstone
+    ours.fetch()
+    ours.sweep()
+    assert git(remote, "for-each-ref", "refs/jpfs/leases/") != ""  # too young to go
+
+    def swept() -> bool:
+        ours.fetch()
+        ours.sweep()
+        return git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
+
+    wait_until(swept, timeout=20, interval=0.1, message="the tombstone swept")
+    assert ours.tombstone_age == 1.2
+
+
+def test_machines_sharing_work_each_pick_a_different_share_first(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    share_record(tmp_path, ws, cli)
+    engine = engine_at(ws)
+    machines = ["desk", "laptop", "ci-runner"]
+    picks: dict[str, set[str]] = {}
+    for machine in machines:
+        engine.machine = machine
+        # The others hold leases, as this machine's last fetch saw.
+        engine.stats.peers = {other: 1 for other in machines if other != machine}
+        picks[machine] = {
+            f"t-{n:04d}" for n in range(3000) if engine.claimer.first_pick(f"t-{n:04d}")
+        }
+    assert set.union(*picks.values()) == {f"t-{n:04d}" for n in range(3000)}
+    assert sum(len(share) for share in picks.values()) == 3000  # each picked first once
+    assert all(800 < len(share) < 1200 for share in picks.values()), picks.keys()
+    engine.stats.peers = {}
+    engine.machine = "desk"
+    assert all(engine.claimer.first_pick(f"t-{n:04d}") for n in range(100))  # alone: all

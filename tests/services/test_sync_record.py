@@ -19,6 +19,7 @@ from tests.conftest import (
     Result,
     clone_sharing,
     git,
+    held_leases,
     rgit,
     share_record,
     use_only_agent,
@@ -126,7 +127,7 @@ def test_of_two_claims_at_once_exactly_one_wins(
     assert loser.claim("job") is False
     winner.release("job")
     winner.sync_once()
-    assert git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
+    assert held_leases(remote) == []
     loser.fetch()
     assert loser.claim("job") is True
 
@@ -230,7 +231,7 @@ def test_jpfs_query_holds_the_lease_while_it_runs_and_pushes_after(
     conv_id = re.search(r"Jpfs-Conversation: (\S+)", leases_during[0])
     assert conv_id is not None
     # After: the lease is given back, with the result on the remote.
-    assert git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
+    assert held_leases(remote) == []
     result = git(remote, "show", f"jpfs-record:{conv_id.group(1)}/result.md")
     assert "Hello back." in result
 
@@ -290,8 +291,12 @@ def test_a_run_longer_than_the_lease_keeps_it_renewed(
     done = cli("query", "--id", "long", "--non-interactive", "Think long.")
     assert done.code == 0, done.stderr
     assert seen["rival"] is False  # renewed, never expired in the peer's eyes
-    assert lease_value() == ""  # given back at the end, with the result
+    assert held_leases(remote) == []  # given back at the end, with the result
     assert "Long answer." in git(remote, "show", "jpfs-record:long/result.md")
+    # Released to a tombstone that names a record commit holding that result.
+    (released,) = git(remote, "log", "-1", "--format=%(trailers:key=Jpfs-Released,valueonly)",
+                      lease_value()).split()  # fmt: skip
+    assert "Long answer." in git(remote, "show", f"{released}:long/result.md")
 
 
 def test_a_sync_that_cannot_merge_says_nothing_was_pushed_and_what_to_do(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, use_only_agent, wait_until
+from tests.conftest import git, held_leases, use_only_agent, wait_until
 from tests.gitservers import GitDaemon, SmartHttp
 from tests.messages_server import MessagesServer, last_user_text, text_reply
 from tests.services.test_sync_machines import (
@@ -162,7 +162,7 @@ def test_a_remote_that_goes_away_and_comes_back(
         wait_until(lambda: not status(ws)["sync"]["unreachable_since"], timeout=60)  # type: ignore[index]
         # Given back with the result (one push); the daemon's book follows the push.
         wait_until(lambda: status(ws)["sync"]["leases_held"] == [], timeout=60)  # type: ignore[index]
-        assert git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
+        assert held_leases(remote) == []
     finally:
         gate.set()
         stop_daemon(ws)

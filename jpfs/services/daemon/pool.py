@@ -10,6 +10,7 @@ needs another run.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -18,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("jpfs.services.daemon.pool")
+
+# How many groups a preferring pop looks at before it takes the first.
+PREFER_SCAN = 64
 
 
 class FairQueue:
@@ -44,17 +48,26 @@ class FairQueue:
         self._groups.setdefault(self.group_of(conv_id), deque()).append(conv_id)
         return True
 
-    def pop(self) -> str | None:
-        """The oldest id of the group whose turn it is; that group goes to the back."""
-        for group, items in self._groups.items():
-            conv_id = items.popleft()
-            self._members.discard(conv_id)
-            if items:
-                self._groups.move_to_end(group)
-            else:
-                del self._groups[group]
-            return conv_id
-        return None
+    def pop(self, prefer: Callable[[str], bool] | None = None) -> str | None:
+        """The oldest id of the group whose turn it is; that group goes to the back.
+        ``prefer``: the first of the next groups' oldest ids it accepts, if any is (only
+        the first :data:`PREFER_SCAN` groups are looked at: a pop stays cheap)."""
+        chosen = next(iter(self._groups), None)
+        if prefer is not None:
+            for group in itertools.islice(self._groups, PREFER_SCAN):
+                if prefer(self._groups[group][0]):
+                    chosen = group
+                    break
+        if chosen is None:
+            return None
+        items = self._groups[chosen]
+        conv_id = items.popleft()
+        self._members.discard(conv_id)
+        if items:
+            self._groups.move_to_end(chosen)
+        else:
+            del self._groups[chosen]
+        return conv_id
 
     def clear(self) -> list[str]:
         dropped = list(self._members)
@@ -90,6 +103,9 @@ class Pool:
         self._closing = False
         self._workers = 0  # live worker threads; above ``size`` they retire when idle
         self._threads: list[threading.Thread] = []
+        # With peers sharing the record: which queued conversations to start first (the
+        # ones peers will not pick first), so that claims seldom collide.
+        self.prefer: Callable[[str], bool] | None = None
         with self._cv:
             self._add_workers(self.size)
 
@@ -173,7 +189,7 @@ class Pool:
                 if self._workers > self.size:
                     self._workers -= 1
                     return
-                conv_id = self._queue.pop()
+                conv_id = self._queue.pop(self.prefer)
                 if conv_id is None:
                     continue
                 job = Job(conv_id)

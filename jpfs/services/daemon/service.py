@@ -140,6 +140,7 @@ class Daemon:
             )
             self.reconciler.shared = True
             self.reconciler.spread = self.shared.engine.incarnation
+            self.pool.prefer = self.shared.engine.claimer.first_pick
 
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(

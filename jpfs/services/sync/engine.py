@@ -30,9 +30,8 @@ from jpfs.infra.git import refs
 from jpfs.infra.git import remote as gitremote
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
-from jpfs.services.sync.batch import ClaimBatch
-from jpfs.services.sync.leases import LEASE_NS, LeaseBook, lease_ref, new_incarnation
-from jpfs.services.sync.probe import Probes
+from jpfs.services.sync.claiming import Claimer
+from jpfs.services.sync.leases import LEASE_NS, RELEASED, LeaseBook, new_incarnation
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
 
@@ -40,8 +39,6 @@ log = logging.getLogger("jpfs.services.sync")
 
 _PUSH_ATTEMPTS = 4
 _HOLDER = re.compile(r"^Jpfs-Machine: *(\S+) *$", re.MULTILINE)  # in a lease's message
-# Waits before trying a merge again when the record worktree is busy (a claim).
-_BUSY_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)
 
 
 class SyncEngine:
@@ -84,17 +81,6 @@ class SyncEngine:
         self._pulling = threading.RLock()
         self._pushing = threading.RLock()
         self._fetching = threading.Lock()
-        # Claims fetch the record into refs of their own: no wait on the cycle's fetch.
-        self._probes = Probes(
-            self.repo,
-            self.remote,
-            self.branch,
-            f"refs/jpfs/sync/{self.remote}/claimed-",
-            self._probing,
-        )
-        self._claims = ClaimBatch(
-            lambda updates: gitremote.push(self.repo, self.remote, updates, atomic=False)
-        )
         self.refusal: dict[str, str] = {}  # why the last claim of a conversation failed
         self._pull_started = self._fetch_started = float("-inf")
         self._last_pull: Integration | None = None
@@ -103,6 +89,12 @@ class SyncEngine:
         # what was scanned once is not scanned again.
         self.scan = bool(ws.config["sync.scan"])
         self._scanned: set[str] = set()
+        # When the fetch whose leases the book holds began; released leases are swept
+        # from the remote once unchanged this long (protocol/sync.md, "Claims").
+        self.observed_at = float("-inf")
+        self.tombstone_age = 2 * lease
+        self._swept = time.monotonic()
+        self.claimer = Claimer(self)
 
     # -- one cycle ---------------------------------------------------------------------------
     def sync_once(self, *, push: bool = True) -> Integration:
@@ -178,7 +170,7 @@ class SyncEngine:
     def fetch(self) -> dict[str, str]:
         """Fetch the remote's record and leases; returns its leases (ref -> value)."""
         with self._fetching:  # git locks the tracking refs a fetch writes
-            self._fetch_started = time.monotonic()
+            began = self._fetch_started = time.monotonic()
             specs = [
                 f"+refs/heads/{self.branch}:{self.track_record}",
                 f"+{LEASE_NS}*:{self.track_leases}*",
@@ -191,13 +183,17 @@ class SyncEngine:
                         raise
                     gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
             remote: dict[str, str] = {}
+            released: dict[str, str] = {}
             peers: dict[str, int] = {}
             for ref, (oid, message) in refs.messages_under(self.repo, self.track_leases).items():
-                remote[LEASE_NS + ref.removeprefix(self.track_leases)] = oid
-                holder = _HOLDER.search(message)
-                if holder:
+                name = LEASE_NS + ref.removeprefix(self.track_leases)
+                remote[name] = oid
+                if tombstone := RELEASED.search(message):
+                    released[name] = tombstone[1]
+                elif holder := _HOLDER.search(message):
                     peers[holder[1]] = peers.get(holder[1], 0) + 1
-            self.book.observe(remote)
+            self.book.observe(remote, released)
+            self.observed_at = began
             self.stats.peers = peers
             # Last: a status that shows this fetch shows what it found.
             self.stats.fetches += 1
@@ -227,12 +223,14 @@ class SyncEngine:
                     raise leaks.refusal(found, self.remote)
             updates = [Update(f"refs/heads/{self.branch}", ours, theirs)] if send and ours else []
             renewing: dict[str, tuple[str, int]] = {}
-            releasing: list[str] = []
+            releasing: dict[str, tuple[str, str]] = {}
             if send or self.book.due(time.monotonic()):
                 for lease, done in held:
-                    if done and record:
-                        releasing.append(lease.conv_id)
-                        updates.append(Update(lease.ref, None, lease.oid))
+                    if done and record and ours is not None:
+                        # Released to a tombstone naming the record that holds the work.
+                        tombstone = self.book.tombstone(lease.conv_id, ours)
+                        releasing[lease.conv_id] = (tombstone, ours)
+                        updates.append(Update(lease.ref, tombstone, lease.oid))
                     else:
                         oid, seq = self.book.make(lease.conv_id)
                         renewing[lease.conv_id] = (oid, seq)
@@ -265,7 +263,7 @@ class SyncEngine:
             return False
 
     @contextlib.contextmanager
-    def _probing(self) -> Iterator[None]:
+    def probing(self) -> Iterator[None]:
         """Around each fetch a claim makes (:class:`Probes`)."""
         with self.timings.step("claim-fetch"), self._reaching():
             yield
@@ -294,86 +292,9 @@ class SyncEngine:
     # -- leases ------------------------------------------------------------------------------
     def claim(self, conv_id: str) -> bool:
         """Take the lease on ``conv_id`` (or keep it); True: act on it, with the files
-        brought up to date first. False: another machine holds it."""
-        if self.book.holds(conv_id):
-            return True
-        ref = lease_ref(conv_id)
-        seen = self.book.seen(ref)
-        if seen is not None and not self.book.expired(seen):
-            self.stats.claims_lost += 1
-            return False
-        oid, seq = self.book.make(conv_id)
-        with self.timings.step("claim"):
-            won = self._claims.claim(Update(ref, oid, seen.oid if seen else None))
-        if not won:
-            self.stats.claims_lost += 1
-            self.timings.add("lost", 0.0)
-            return False
-        if seen is not None:
-            self.stats.takeovers += 1
-            log.info(
-                "sync: took over the lease on %s (unchanged for %gs)", conv_id, self.book.duration
-            )
-        # Only a fetch begun after the remote took our claim is sure to see what the
-        # previous holder pushed with its release.
-        claimed = time.monotonic()
-        self.stats.claims_won += 1
-        self.book.taken(conv_id, oid, seq)
-        try:
-            # The previous holder pushed its work before (or with) giving the lease
-            # back: act only on the files as the remote has them. Mostly the remote has
-            # nothing new there, and the merge can wait for the cycle.
-            if self._current(conv_id, claimed):
-                return True
-            with self.timings.step("claim-pull"):
-                outcome = self.pull_since(claimed)
-            pause = threading.Event()
-            for delay in _BUSY_RETRIES:
-                if outcome.kind != "busy":
-                    break
-                # Mostly the index lock of a commit in flight here: gone in milliseconds.
-                pause.wait(delay)
-                outcome = self.pull()
-        except JpfsError:
-            self._give_back(conv_id)
-            raise
-        if outcome.kind == "busy":
-            log.info(
-                "sync: %s claimed, but the record could not be merged yet (%s)",
-                conv_id,
-                outcome.reason,
-            )
-            self._give_back(conv_id)
-            self.refusal[conv_id] = f"its files could not be brought up to date: {outcome.reason}"
-            return False
-        return True
-
-    def _current(self, conv_id: str, claimed: float) -> bool:
-        """Whether this clone's record already holds every change the remote has under
-        ``conv_id``, as a fetch of the record begun after ``claimed`` sees it (claims
-        made together share one). A forfeit not yet taken back always merges first."""
-        tip = self._probes.tip_since(claimed)
-        if self.book.forfeits():
-            return False
-        ours = refs.resolve(self.repo, f"refs/heads/{self.branch}")
-        if tip is None or ours is None:
-            return tip is None  # the remote has no record yet: nobody worked on it
-        return not refs.changed_since_fork(self.repo, ours, tip, conv_id)
-
-    def _give_back(self, conv_id: str) -> None:
-        """Release a lease under which nothing was done, at once and on its own (a
-        release normally waits for the push of the work done under it)."""
-        lease = self.book.get(conv_id)
-        if lease is None:
-            return
-        try:
-            done = gitremote.push(self.repo, self.remote, [Update(lease.ref, None, lease.oid)])
-        except JpfsError:
-            done = None
-        if done is not None and done.ok:
-            self.book.released([conv_id])
-        else:
-            self.release(conv_id)  # the next push with the record takes it
+        brought up to date first. False: another machine holds it
+        (:mod:`jpfs.services.sync.claiming`)."""
+        return self.claimer.claim(conv_id)
 
     def release(self, conv_id: str) -> None:
         self.book.release(conv_id)
@@ -389,6 +310,7 @@ class SyncEngine:
             self.wake.clear()
             try:
                 self.sync_once()
+                self.sweep()
                 self.stats.last_error = ""
             except JpfsError as exc:
                 self.stats.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -407,6 +329,17 @@ class SyncEngine:
             self.sync_once()  # hand back what we hold
         except JpfsError as exc:
             log.warning("sync at stop: %s", exc)
+
+    def sweep(self) -> None:
+        """Delete the released leases seen unchanged for ``tombstone_age`` seconds (any
+        machine may: each deletion is a compare-and-swap of its own)."""
+        now = time.monotonic()
+        if now - self._swept < self.tombstone_age / 2:
+            return
+        self._swept = now
+        stale = [Update(ref, None, oid) for ref, oid in self.book.tombstones(self.tombstone_age)]
+        if stale:
+            gitremote.push(self.repo, self.remote, stale, atomic=False)
 
     def status(self) -> dict[str, Any]:
         now = time.time()

@@ -19,10 +19,10 @@ a different holder: it never mistakes its predecessor's lease for its own.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +42,14 @@ def new_incarnation() -> str:
     return uuid.uuid4().hex[:16]
 
 
+@dataclass(frozen=True)
+class Observed:
+    oid: str
+    since: float  # monotonic time we first saw this value
+    # A released lease (a tombstone): the record commit that holds the work done under it.
+    released: str | None = None
+
+
 @dataclass
 class Lease:
     conv_id: str
@@ -50,12 +58,10 @@ class Lease:
     seq: int
     renewed: float  # monotonic time of the last successful push of it
     releasing: bool = False
+    previous: Observed | None = None  # what the ref held before our claim
 
 
-@dataclass(frozen=True)
-class Observed:
-    oid: str
-    since: float  # monotonic time we first saw this value
+RELEASED = re.compile(r"^Jpfs-Released: *([0-9a-f]{40,64}) *$", re.MULTILINE)
 
 
 class LeaseBook:
@@ -74,14 +80,15 @@ class LeaseBook:
         self.forfeited: set[str] = set()
 
     # -- what the remote holds -------------------------------------------------------------
-    def observe(self, remote: dict[str, str]) -> None:
-        """Take in the lease refs fetched from the remote (ref -> object id)."""
+    def observe(self, remote: dict[str, str], released: dict[str, str]) -> None:
+        """Take in the lease refs fetched from the remote (ref -> object id; and for the
+        released ones, ref -> the record commit their tombstone names)."""
         now = time.monotonic()
         with self._lock:
             for ref, oid in remote.items():
                 seen = self._seen.get(ref)
                 if seen is None or seen.oid != oid:
-                    self._seen[ref] = Observed(oid, now)
+                    self._seen[ref] = Observed(oid, now, released.get(ref))
             for ref in list(self._seen):
                 if ref not in remote:
                     del self._seen[ref]
@@ -91,16 +98,31 @@ class LeaseBook:
             return self._seen.get(ref)
 
     def remote_count(self) -> int:
+        """Leases held on the remote (released ones left out)."""
         with self._lock:
-            return len(self._seen)
+            return sum(1 for seen in self._seen.values() if seen.released is None)
 
     def expired(self, seen: Observed) -> bool:
         return time.monotonic() - seen.since >= self.duration
 
+    def free(self, seen: Observed | None) -> bool:
+        """Whether a lease seen so may be claimed: absent, released, or expired."""
+        return seen is None or seen.released is not None or self.expired(seen)
+
+    def tombstones(self, older_than: float) -> list[tuple[str, str]]:
+        """Released leases seen unchanged for ``older_than`` seconds: (ref, value)."""
+        now = time.monotonic()
+        with self._lock:
+            return [
+                (ref, seen.oid)
+                for ref, seen in self._seen.items()
+                if seen.released is not None and now - seen.since >= older_than
+            ]
+
     def wait_for(self, conv_id: str) -> float:
         """Seconds until the lease on ``conv_id`` we saw may be taken over (0: now)."""
         seen = self.seen(lease_ref(conv_id))
-        if seen is None:
+        if seen is None or seen.released is not None:
             return 0.0
         return max(0.0, self.duration - (time.monotonic() - seen.since))
 
@@ -132,19 +154,32 @@ class LeaseBook:
             f"Jpfs-Lease-Seconds: {self.duration:g}\n"
             f"Jpfs-Lease-Pid: {os.getpid()}\n"
         )
+        return self._commit(message), seq
+
+    def tombstone(self, conv_id: str, record: str) -> str:
+        """The value a lease is released to: it names the record commit that holds the
+        work done under it (and no holder)."""
+        return self._commit(
+            f"jpfs lease released: {conv_id}\n\n"
+            f"Jpfs-Conversation: {conv_id}\n"
+            f"Jpfs-Released: {record}\n"
+            f"Jpfs-Released-By: {self.machine}\n"
+            f"Jpfs-Incarnation: {self.incarnation}\n"
+        )
+
+    def _commit(self, message: str) -> str:
         # In process (no git process per lease: a push renews every lease held).
         with self._lock:
             if self._repo is None:
                 self._repo = pygit2.Repository(str(self.repo))
             signature = pygit2.Signature(identity.FALLBACK_NAME, identity.FALLBACK_EMAIL)
             tree = self._repo.TreeBuilder().write()
-            oid = self._repo.create_commit(None, signature, signature, message, tree, [])
-        return str(oid), seq
+            return str(self._repo.create_commit(None, signature, signature, message, tree, []))
 
-    def taken(self, conv_id: str, oid: str, seq: int) -> None:
+    def taken(self, conv_id: str, oid: str, seq: int, previous: Observed | None = None) -> None:
         now = time.monotonic()
         with self._lock:
-            self._held[conv_id] = Lease(conv_id, lease_ref(conv_id), oid, seq, now)
+            self._held[conv_id] = Lease(conv_id, lease_ref(conv_id), oid, seq, now, False, previous)
             self._seen[lease_ref(conv_id)] = Observed(oid, now)
 
     def renewed(self, conv_id: str, oid: str, seq: int) -> None:
@@ -162,12 +197,25 @@ class LeaseBook:
             if lease is not None:
                 lease.releasing = True
 
-    def released(self, conv_ids: Iterable[str]) -> None:
+    def released(self, tombstones: dict[str, tuple[str, str]]) -> None:
+        """These leases were pushed released: conversation -> (tombstone, record)."""
+        now = time.monotonic()
         with self._lock:
-            for conv_id in conv_ids:
+            for conv_id, (oid, record) in tombstones.items():
                 lease = self._held.pop(conv_id, None)
                 if lease is not None:
-                    self._seen.pop(lease.ref, None)
+                    self._seen[lease.ref] = Observed(oid, now, record)
+
+    def given_back(self, conv_id: str) -> None:
+        """Pushed back to what it held before our claim (nothing was done under it)."""
+        with self._lock:
+            lease = self._held.pop(conv_id, None)
+            if lease is None:
+                return
+            if lease.previous is None:
+                self._seen.pop(lease.ref, None)
+            else:
+                self._seen[lease.ref] = lease.previous
 
     def lost(self, conv_id: str) -> None:
         """Another machine holds it now: our work on it since the last push is forfeit."""

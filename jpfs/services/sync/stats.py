@@ -4,10 +4,11 @@ count and seconds per step), for ``daemon status`` and bench/.
 The steps are the ones that wait on the remote or on the record: ``fetch``,
 ``integrate`` (a peer's record merged into ours), ``push`` (record and leases),
 ``renew`` (leases alone), ``claim`` (a lease's compare-and-swap, pushed with the claims
-made meanwhile), ``claim-fetch`` (the record fetched after a claim, shared by claims made
-together), ``claim-pull`` (a merge before acting, when that fetch brought a change to the
-claimed conversation) and ``lost`` (claims the remote refused). ``jpfs daemon status
---format json`` shows them under ``sync.timings``.
+made meanwhile), ``claim-known`` (a claim whose files needed nothing more: its release
+or a fresh view said so), ``claim-fetch`` (the record fetched after a claim, shared by
+claims made together), ``claim-pull`` (a merge before acting, when that fetch brought a
+change to the claimed conversation) and ``lost`` (claims the remote refused). ``jpfs
+daemon status --format json`` shows them under ``sync.timings``.
 """
 
 from __future__ import annotations

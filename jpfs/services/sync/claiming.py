@@ -1,0 +1,207 @@
+"""Claiming a conversation's lease, and acting only on its files as the remote has them.
+
+A claim is a compare-and-swap push of the lease ref (:mod:`jpfs.services.sync.batch`
+pushes the claims made together in one push). Won, the files must hold whatever the
+previous holder pushed with its release before the daemon acts on them. Three cases,
+cheapest first (protocol/sync.md, "Claims"):
+
+* the lease was released: its value (a tombstone) names the record commit holding the
+  work done under it; if this clone's record has that conversation as that commit has
+  it, nothing needs fetching;
+* the lease was absent at a fetch of ours begun less than ``sync.lease / 2`` ago: any
+  release since would have left a tombstone there (tombstones live ``2 x sync.lease``),
+  so the record of that fetch holds every release's work;
+* otherwise (a takeover, an old view), the record is fetched once more after the claim
+  (:mod:`jpfs.services.sync.probe`), and merged first if it changed that conversation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol
+
+from jpfs.errors import GitError, JpfsError
+from jpfs.infra.git import refs
+from jpfs.infra.git import remote as gitremote
+from jpfs.infra.git.remote import Update
+from jpfs.services.sync.batch import ClaimBatch
+from jpfs.services.sync.leases import LeaseBook, Observed, lease_ref
+from jpfs.services.sync.probe import Probes
+from jpfs.services.sync.record import Integration
+from jpfs.services.sync.stats import SyncStats, Timings
+
+log = logging.getLogger("jpfs.services.sync")
+
+# Waits before trying a merge again when the record worktree is busy (a claim).
+_BUSY_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)
+
+
+class Engine(Protocol):
+    """What claims need of their sync engine (:class:`jpfs.services.sync.engine.SyncEngine`)."""
+
+    repo: Path
+    remote: str
+    branch: str
+    machine: str
+    track_record: str
+    observed_at: float  # when the fetch whose leases the book holds began
+    book: LeaseBook
+    stats: SyncStats
+    timings: Timings
+    refusal: dict[str, str]
+
+    def probing(self) -> AbstractContextManager[None]: ...
+    def fetch(self) -> dict[str, str]: ...
+    def pull(self, *, fetched: bool = False) -> Integration: ...
+    def pull_since(self, moment: float) -> Integration: ...
+    def release(self, conv_id: str) -> None: ...
+
+
+class Claimer:
+    """The claims of one sync engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.book = engine.book
+        self.batch = ClaimBatch(
+            lambda updates: gitremote.push(engine.repo, engine.remote, updates, atomic=False)
+        )
+        # Claims fetch the record into refs of their own: no wait on the cycle's fetch.
+        self.probes = Probes(
+            engine.repo,
+            engine.remote,
+            engine.branch,
+            f"refs/jpfs/sync/{engine.remote}/claimed-",
+            engine.probing,
+        )
+        self.fresh = self.book.duration / 2  # how old a view of an absent lease may be
+
+    def claim(self, conv_id: str, *, looked: bool = False) -> bool:
+        engine, book = self.engine, self.book
+        if book.holds(conv_id):
+            return True
+        ref = lease_ref(conv_id)
+        view = engine.observed_at  # the fetch the book's view comes from
+        seen = book.seen(ref)
+        if not book.free(seen):
+            engine.stats.claims_lost += 1
+            return False
+        oid, seq = book.make(conv_id)
+        with engine.timings.step("claim"):
+            won = self.batch.claim(Update(ref, oid, seen.oid if seen else None))
+        if not won:
+            engine.stats.claims_lost += 1
+            engine.timings.add("lost", 0.0)
+            if seen is None and not looked and not self.fresh_view(view):
+                # Our view was old (or there was none yet: a process without a daemon):
+                # the lease may just be released. Look, and try once more.
+                if engine.observed_at == view:
+                    engine.fetch()
+                return self.claim(conv_id, looked=True)
+            return False
+        if seen is not None and seen.released is None:
+            engine.stats.takeovers += 1
+            log.info("sync: took over the lease on %s (unchanged for %gs)", conv_id, book.duration)
+        # Only a fetch begun after the remote took our claim is sure to see what the
+        # previous holder pushed with its release.
+        claimed = time.monotonic()
+        engine.stats.claims_won += 1
+        book.taken(conv_id, oid, seq, previous=seen)
+        try:
+            if self.current(conv_id, claimed, seen):
+                return True
+            with engine.timings.step("claim-pull"):
+                outcome = engine.pull_since(claimed)
+            pause = threading.Event()
+            for delay in _BUSY_RETRIES:
+                if outcome.kind != "busy":
+                    break
+                # Mostly the index lock of a commit in flight here: gone in milliseconds.
+                pause.wait(delay)
+                outcome = engine.pull()
+        except JpfsError:
+            self.give_back(conv_id)
+            raise
+        if outcome.kind == "busy":
+            log.info(
+                "sync: %s claimed, but the record could not be merged yet (%s)",
+                conv_id,
+                outcome.reason,
+            )
+            self.give_back(conv_id)
+            engine.refusal[conv_id] = f"its files could not be brought up to date: {outcome.reason}"
+            return False
+        return True
+
+    def current(self, conv_id: str, claimed: float, seen: Observed | None) -> bool:
+        """Whether this clone's record holds every change the remote has under
+        ``conv_id`` (see the module's docstring). A forfeit not yet taken back always
+        merges first."""
+        engine = self.engine
+        if self.book.forfeits():
+            return False
+        ours = refs.resolve(engine.repo, f"refs/heads/{engine.branch}")
+        if ours is None:
+            return False
+        basis: str | None
+        if seen is not None and seen.released is not None:
+            basis = seen.released
+        elif seen is None and self.fresh_view():
+            basis = refs.resolve(engine.repo, engine.track_record)
+            if basis is None:
+                return True  # that fetch found no record on the remote: nobody worked
+        else:
+            basis = None
+        if basis is not None:
+            try:
+                if not refs.changed_since_fork(engine.repo, ours, basis, conv_id):
+                    engine.timings.add("claim-known", 0.0)
+                    return True
+            except GitError:
+                pass  # that commit is not here yet: ask the remote
+        tip = self.probes.tip_since(claimed)
+        if tip is None:
+            return True  # the remote has no record yet: nobody worked on it
+        return not refs.changed_since_fork(engine.repo, ours, tip, conv_id)
+
+    def fresh_view(self, view: float | None = None) -> bool:
+        """Whether the leases seen (as of the fetch begun at ``view``; default: the
+        last) come from a fetch begun less than half a lease ago."""
+        began = self.engine.observed_at if view is None else view
+        return time.monotonic() - began < self.fresh
+
+    def give_back(self, conv_id: str) -> None:
+        """Put a lease under which nothing was done back as it was before our claim, at
+        once and on its own (a release normally waits for the push of the work done
+        under it)."""
+        lease = self.book.get(conv_id)
+        if lease is None:
+            return
+        previous = lease.previous.oid if lease.previous is not None else None
+        try:
+            done = gitremote.push(
+                self.engine.repo, self.engine.remote, [Update(lease.ref, previous, lease.oid)]
+            )
+        except JpfsError:
+            done = None
+        if done is not None and done.ok:
+            self.book.given_back(conv_id)
+        else:
+            self.engine.release(conv_id)  # the next push with the record takes it
+
+    def first_pick(self, conv_id: str) -> bool:
+        """Whether this machine should be the one to pick ``conv_id`` first: the one the
+        rendezvous hash of the conversation ranks first among the machines holding
+        leases now (and this one). Peers that see the same queue then start on
+        different conversations, and seldom claim the same one at once."""
+        machines = {*self.engine.stats.peers, self.engine.machine}
+        return max(machines, key=lambda machine: _rank(machine, conv_id)) == self.engine.machine
+
+
+def _rank(machine: str, conv_id: str) -> bytes:
+    return hashlib.blake2b(f"{machine}\0{conv_id}".encode(), digest_size=8).digest()
