@@ -175,9 +175,10 @@ class SyncEngine:
                 f"+refs/heads/{self.branch}:{self.track_record}",
                 f"+{LEASE_NS}*:{self.track_leases}*",
             ]
+            common = self.common_ground()
             with self.timings.step("fetch"), self._reaching():
                 try:
-                    gitremote.fetch(self.repo, self.remote, specs)
+                    gitremote.fetch(self.repo, self.remote, specs, negotiate=common)
                 except GitError as exc:
                     if "couldn't find remote ref" not in str(exc):
                         raise
@@ -199,6 +200,12 @@ class SyncEngine:
             self.stats.fetches += 1
             self.stats.last_fetch = time.time()
             return remote
+
+    def common_ground(self) -> list[str]:
+        """What the remote surely has, for a fetch to negotiate from: the record as it
+        last had it, and the parent of every lease value."""
+        known = [self.track_record] if refs.resolve(self.repo, self.track_record) else []
+        return [*known, self.book.root()]
 
     def push(self, *, record: bool = True) -> bool:
         """One atomic push of the record and our leases; False: pull and try again.

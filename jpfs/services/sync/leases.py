@@ -61,6 +61,7 @@ class Lease:
     previous: Observed | None = None  # what the ref held before our claim
 
 
+LEASE_ROOT = "jpfs leases\n\nEvery lease value is a child of this commit.\n"
 RELEASED = re.compile(r"^Jpfs-Released: *([0-9a-f]{40,64}) *$", re.MULTILINE)
 
 
@@ -77,6 +78,7 @@ class LeaseBook:
         self._seen: dict[str, Observed] = {}
         self._seq = 0
         self._repo: pygit2.Repository | None = None
+        self._root: str | None = None
         self.forfeited: set[str] = set()
 
     # -- what the remote holds -------------------------------------------------------------
@@ -167,14 +169,31 @@ class LeaseBook:
             f"Jpfs-Incarnation: {self.incarnation}\n"
         )
 
+    def root(self) -> str:
+        """The one parent of every lease value: a commit every machine makes alike
+        (fixed message, identity and time), so a fetch of new lease values finds common
+        ground with the remote in one round of negotiation (a parentless commit has
+        none, and the remote then asks for round after round of what this clone has)."""
+        with self._lock:
+            return self._root_locked()
+
+    def _root_locked(self) -> str:
+        if self._repo is None:
+            self._repo = pygit2.Repository(str(self.repo))
+        if self._root is None:
+            epoch = pygit2.Signature(identity.FALLBACK_NAME, identity.FALLBACK_EMAIL, 0, 0)
+            tree = self._repo.TreeBuilder().write()
+            self._root = str(self._repo.create_commit(None, epoch, epoch, LEASE_ROOT, tree, []))
+        return self._root
+
     def _commit(self, message: str) -> str:
         # In process (no git process per lease: a push renews every lease held).
         with self._lock:
-            if self._repo is None:
-                self._repo = pygit2.Repository(str(self.repo))
+            root = self._root_locked()
+            assert self._repo is not None
             signature = pygit2.Signature(identity.FALLBACK_NAME, identity.FALLBACK_EMAIL)
             tree = self._repo.TreeBuilder().write()
-            return str(self._repo.create_commit(None, signature, signature, message, tree, []))
+            return str(self._repo.create_commit(None, signature, signature, message, tree, [root]))
 
     def taken(self, conv_id: str, oid: str, seq: int, previous: Observed | None = None) -> None:
         now = time.monotonic()

@@ -32,11 +32,13 @@ class Probes:
         branch: str,
         prefix: str,
         around: Callable[[], AbstractContextManager[object]],
+        common: Callable[[], list[str]] = list,
     ) -> None:
         """``prefix``: the slots' refs are ``<prefix><n>``; ``around()``: a context
         manager wrapped around each fetch (timing, reachability)."""
         self.repo, self.remote, self.branch, self.prefix = repo, remote, branch, prefix
         self.around = around
+        self.common = common  # refs the remote surely has, to negotiate from
         self._cv = threading.Condition()
         self._flying: dict[int, float] = {}  # slot -> when its fetch began
         # When the newest finished fetch began, and the tip it found.
@@ -73,7 +75,11 @@ class Probes:
         with self.around():
             try:
                 gitremote.fetch(
-                    self.repo, self.remote, [f"+refs/heads/{self.branch}:{ref}"], prune=False
+                    self.repo,
+                    self.remote,
+                    [f"+refs/heads/{self.branch}:{ref}"],
+                    prune=False,
+                    negotiate=self.common(),
                 )
             except GitError as exc:
                 if "couldn't find remote ref" not in str(exc):
