@@ -1,7 +1,7 @@
 """Benchmark many machines on one git remote: throughput with 1, 2 and 3 daemons, lease
 takeover latency, sync lag.
 
-Usage: python bench/bench_sync.py [--quick] [--conversations N] [--turn S]
+Usage: python bench/bench_sync.py [--quick] [--conversations N [N ...]] [--turn S]
                                   [--transport git|http|file]
 
 Everything is the real runtime path: a bare repository as the remote, served over a
@@ -13,12 +13,15 @@ clone without a daemon that creates the conversations and sends them with
 whose model takes ``--turn`` seconds (0.2) per answer so that agents overlap as with a
 real model.
 
-* throughput: N conversations (36) from one ``jpfs sync`` until the remote's record
+* throughput: N conversations (36, then 108) from one ``jpfs sync`` until the remote's record
   holds every ``result.md``; with 1, 2 and 3 daemons (4 agents each); the scaling
   ratio is each throughput over the one-daemon throughput measured in the same run,
   against the ideal (waves of 4 turns per daemon, times the turn). Beside it, one daemon
   that shares nothing (the same tasks written into its own clone), and where each
-  sharing daemon's sync time went (``daemon status``'s ``sync.timings``, summed).
+  sharing daemon's sync time went (``daemon status``'s ``sync.timings``, summed). Two
+  sizes: with 36 (the issue's shape) three daemons run three waves, and the start (the
+  writer's sync, the first fetch) and the end (the last results, pushed by all at once)
+  weigh a third of their time; 108 measures the throughput of a fleet at work.
 * takeover: a daemon is SIGKILLed while its model call hangs; the time from the kill
   to the surviving daemon's model request for the same conversation (the lease is 3 s).
 * sync lag: a file written in one daemon clone's conversation, until it appears in the
@@ -315,75 +318,90 @@ def lag(base: Path, server: Any, samples: int, transport: str, stack: ExitStack)
             stop(ws)
 
 
+def scaling(
+    base: Path, server: Any, count: int, turn: float, transport: str, most: int
+) -> dict[str, Any]:
+    """Throughput of 1, not sharing, then 1..``most`` daemons sharing, on ``count``
+    conversations; prints the tables, returns the numbers."""
+    alone, spent_alone = throughput(base / "alone", server, 1, count, transport, turn, share=False)
+    rows = [["1, not sharing", f"{alone:.1f} s", f"{count / alone:.2f}/s", "", "", ""]]
+    took: dict[int, float] = {}
+    spent: dict[int, dict[str, dict[str, float]]] = {}
+    for daemons in range(1, most + 1):
+        took[daemons], spent[daemons] = throughput(
+            base / f"tp{daemons}", server, daemons, count, transport, turn
+        )
+        ideal = math.ceil(count / (4 * daemons)) * turn
+        rows.append(
+            [
+                str(daemons),
+                f"{took[daemons]:.1f} s",
+                f"{count / took[daemons]:.2f}/s",
+                f"{took[1] / took[daemons]:.2f}x",
+                f"{ideal:.1f} s",
+                f"{took[daemons] / ideal:.2f}x",
+            ]
+        )
+    print_table(
+        f"{count} conversations, model turn {turn:g} s, 4 agents per daemon,"
+        f" remote over {transport}",
+        ["daemons", "all results on the remote", "throughput", "speed-up vs 1", "ideal",
+         "over ideal"],
+        rows,
+    )  # fmt: skip
+    spent = {0: spent_alone, **spent}
+    steps = sorted({step for found in spent.values() for step in found})
+    print_table(
+        "sync time, all daemons summed: count / seconds",
+        ["daemons", *steps],
+        [
+            [str(n) if n else "1, not sharing"]
+            + [
+                f"{int(found.get(s, {}).get('count', 0))} / "
+                f"{found.get(s, {}).get('seconds', 0.0):.2f}"
+                for s in steps
+            ]
+            for n, found in spent.items()
+        ],
+    )
+    return {
+        "conversations": count,
+        "alone_s": alone,
+        "throughput": {str(n): {"seconds": t, "per_s": count / t} for n, t in took.items()},
+        "scaling": {str(n): took[1] / t for n, t in took.items()},
+        "timings": {str(n) if n else "alone": found for n, found in spent.items()},
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
-    parser.add_argument("--conversations", type=int, default=None, help="conversations (36)")
+    parser.add_argument(
+        "--conversations", type=int, nargs="+", default=None,
+        help="conversations per throughput run (36 108: the issue's shape, then steady state)",
+    )  # fmt: skip
     parser.add_argument("--turn", type=float, default=None, help="model turn, seconds (2)")
     parser.add_argument("--samples", type=int, default=None, help="sync lag samples (30)")
     parser.add_argument("--transport", choices=("git", "http", "file"), default="git")
     parser.add_argument("--daemons", type=int, default=3, help="most daemons measured (3)")
     args = parser.parse_args(argv)
-    count = args.conversations or (24 if args.quick else 36)
+    counts = args.conversations or ([24] if args.quick else [36, 108])
     turn = args.turn if args.turn is not None else (1.0 if args.quick else 2.0)
     samples = args.samples or (10 if args.quick else 30)
     pin_environment()
     print_machine()
     from tests.messages_server import MessagesServer, text_reply
 
-    results: dict[str, Any] = {"conversations": count, "turn_s": turn, "transport": args.transport}
+    results: dict[str, Any] = {"turn_s": turn, "transport": args.transport}
     with temp_dir("jpfs-bench-sync-") as base, MessagesServer() as server, ExitStack() as stack:
         use_bytecode_cache(base / "pycache")
         server.responder = lambda request: (time.sleep(turn), text_reply("Done."))[1]
-        alone, spent_alone = throughput(
-            base / "alone", server, 1, count, args.transport, turn, share=False
-        )
-        rows = [["1, not sharing", f"{alone:.1f} s", f"{count / alone:.2f}/s", "", "", ""]]
-        took: dict[int, float] = {}
-        spent: dict[int, dict[str, dict[str, float]]] = {}
-        for daemons in range(1, args.daemons + 1):
-            took[daemons], spent[daemons] = throughput(
-                base / f"tp{daemons}", server, daemons, count, args.transport, turn
-            )
-            ideal = math.ceil(count / (4 * daemons)) * turn
-            rows.append(
-                [
-                    str(daemons),
-                    f"{took[daemons]:.1f} s",
-                    f"{count / took[daemons]:.2f}/s",
-                    f"{took[1] / took[daemons]:.2f}x",
-                    f"{ideal:.1f} s",
-                    f"{took[daemons] / ideal:.2f}x",
-                ]
-            )
-        print_table(
-            f"{count} conversations, model turn {turn:g} s, 4 agents per daemon,"
-            f" remote over {args.transport}",
-            ["daemons", "all results on the remote", "throughput", "speed-up vs 1", "ideal",
-             "over ideal"],
-            rows,
-        )  # fmt: skip
-        spent = {0: spent_alone, **spent}
-        steps = sorted({step for found in spent.values() for step in found})
-        print_table(
-            "sync time, all daemons summed: count / seconds",
-            ["daemons", *steps],
-            [
-                [str(n) if n else "1, not sharing"]
-                + [
-                    f"{int(found.get(s, {}).get('count', 0))} / "
-                    f"{found.get(s, {}).get('seconds', 0.0):.2f}"
-                    for s in steps
-                ]
-                for n, found in spent.items()
-            ],
-        )
-        results["alone_s"] = alone
-        results["throughput"] = {
-            str(n): {"seconds": t, "per_s": count / t} for n, t in took.items()
-        }
-        results["scaling"] = {str(n): took[1] / t for n, t in took.items()}
-        results["timings"] = {str(n) if n else "alone": found for n, found in spent.items()}
+        sizes = [
+            scaling(base / f"n{count}", server, count, turn, args.transport, args.daemons)
+            for count in counts
+        ]
+        results.update(sizes[0])  # the first size's numbers, where they always were
+        results["sizes"] = {str(size["conversations"]): size for size in sizes}
         if args.quick:
             return results
         server.responder = lambda request: text_reply("Done.")
