@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
+from pathlib import Path
 
+from jpfs.core.workspace import open_workspace
 from jpfs.services.daemon.pool import FairQueue, Job, Pool
+from jpfs.services.daemon.reconciler import Reconciler
+from jpfs.services.daemon.watcher import CLOSED
 from tests.conftest import no_thread_leak, wait_until
 
 
@@ -95,3 +100,25 @@ def test_a_preferring_pop_takes_the_first_preferred_group_head() -> None:
     assert queue.pop(lambda conv_id: conv_id == "b/2") == "b/2"
     assert queue.pop(lambda conv_id: True) == "d"
     assert queue.pop(lambda conv_id: True) is None and len(queue) == 0
+
+
+def test_a_change_is_looked_at_now_even_when_a_later_look_was_due(ws: Path) -> None:
+    """A claim lost to a peer schedules the next look for when the lease may end; a
+    human's edit meanwhile must not wait for that (only a lock or a failing repository
+    paces the looks)."""
+    pool = Pool(1, lambda job: None, lambda conv_id: None)
+    try:
+        reconciler = Reconciler(
+            open_workspace(ws), pool, debounce=0.05, settle=0.3, scan_interval=30.0
+        )
+        later = time.monotonic() + 100
+        reconciler.due["notes"] = later
+        reconciler.note_change("notes/files/note-0.md", CLOSED, False)
+        assert reconciler.due["notes"] <= time.monotonic()
+        reconciler.due["locked"] = later
+        reconciler.backoff["locked"] = 0.1
+        reconciler.note_change("locked/files/note-0.md", CLOSED, False)
+        assert reconciler.due["locked"] == later
+    finally:
+        pool.stop()
+        assert pool.join(5.0)

@@ -1,4 +1,4 @@
-"""Claims pushed together: one push carries every claim made while the last one flew.
+"""Claims pushed together: one push carries the claims a daemon's free workers make at once.
 
 When a wave of runs ends, a daemon's free workers claim their next conversations within
 milliseconds of one another. Each claim is its own compare-and-swap on its own lease

@@ -2,7 +2,8 @@
 began after.
 
 After winning a lease, a claimant must see the remote's record as it was *after* the
-claim (the previous holder pushed its work with the release). A fetch begun after one
+claim (the previous holder pushed its work with the release), unless what it already
+knows suffices (:mod:`jpfs.services.sync.claiming`). A fetch begun after one
 claim serves every claim made before it began, so claims made together share one; but a
 claim made while a fetch is in flight cannot use that one, and should not wait for it to
 end before starting its own. Each fetch therefore writes a tracking ref of its own (git
