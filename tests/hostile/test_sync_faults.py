@@ -66,3 +66,27 @@ def test_junk_under_the_lease_refs_is_not_mistaken_for_a_lease(
         )
         assert status["peers"] == {} and status["leases_on_remote"] == 1, status  # type: ignore[index]
         assert not status["last_error"], status  # type: ignore[index]
+
+
+def test_a_release_naming_a_commit_nobody_has_makes_the_claim_ask_the_remote(
+    tmp_path: Path, ws: Path, cli: Callable[..., Result]
+) -> None:
+    """A tombstone whose ``Jpfs-Released:`` names no commit here (forged, or its record
+    never fetched): the claim wins all the same, and fetches the record to be sure."""
+    from jpfs.core.workspace import open_workspace
+    from jpfs.services.sync.engine import SyncEngine
+    from jpfs.services.sync.leases import lease_ref
+
+    share_record(tmp_path, ws, cli)
+    forged = git(
+        ws, "commit-tree", "-m",
+        "jpfs lease released: job\n\nJpfs-Conversation: job\nJpfs-Released: " + "ab" * 20,
+        git(ws, "hash-object", "-w", "-t", "tree", "/dev/null").strip(),
+    ).strip()  # fmt: skip
+    git(ws, "push", "-q", "origin", f"{forged}:{lease_ref('job')}")
+    engine = SyncEngine(open_workspace(ws))
+    engine.fetch()
+    assert engine.claim("job")
+    timings = engine.timings.snapshot()
+    assert timings["claim-fetch"]["count"] == 1 and "claim-known" not in timings
+    assert engine.status()["leases_held"] == ["job"]

@@ -46,21 +46,33 @@ def commit_in_record(clone: Path, conv_id: str, name: str, text: str) -> None:
     rgit(clone, "commit", "-q", "-m", f"{conv_id}: {name}")
 
 
+def two_clones(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result], **keys: str
+) -> tuple[Path, Path, SyncEngine, SyncEngine]:
+    """The remote, a peer clone, and a sync engine on each clone (``ws``'s first)."""
+    remote = share_record(tmp_path, ws, cli, **keys)
+    peer = clone_sharing(remote, tmp_path / "peer", cli)
+    return remote, peer, engine_at(ws), engine_at(peer)
+
+
+def run_a_turn(engine: SyncEngine, clone: Path, conv_id: str) -> None:
+    """What a daemon does for a turn: claim, commit the result, release with it."""
+    assert engine.claim(conv_id)
+    commit_in_record(clone, conv_id, "result.md", "done by the peer\n")
+    engine.release(conv_id)
+    engine.sync_once()
+
+
 # -- the engine -------------------------------------------------------------------------------
 
 
 def test_a_claim_after_a_peers_release_brings_its_work_first(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = share_record(tmp_path, ws, cli)
-    peer = clone_sharing(remote, tmp_path / "peer", cli)
-    ours, theirs = engine_at(ws), engine_at(peer)
+    remote, peer, ours, theirs = two_clones(ws, tmp_path, cli)
     ours.fetch()  # our view: nobody holds "job", and it has no result
     # The peer claims it, runs its turn and gives it back with the work, all since.
-    assert theirs.claim("job")
-    commit_in_record(peer, "job", "result.md", "done by the peer\n")
-    theirs.release("job")
-    theirs.sync_once()
+    run_a_turn(theirs, peer, "job")
     assert held_leases(remote) == []  # released: a tombstone naming the result's record
     # A claim from our stale view (no lease at all) fails: the tombstone is there.
     assert ours.claim("job") is False
@@ -76,13 +88,8 @@ def test_a_claim_after_a_peers_release_brings_its_work_first(
 def test_a_claim_of_a_lease_released_with_work_we_have_asks_nothing_more(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = share_record(tmp_path, ws, cli)
-    peer = clone_sharing(remote, tmp_path / "peer", cli)
-    ours, theirs = engine_at(ws), engine_at(peer)
-    assert theirs.claim("job")
-    commit_in_record(peer, "job", "result.md", "done by the peer\n")
-    theirs.release("job")
-    theirs.sync_once()
+    _remote, peer, ours, theirs = two_clones(ws, tmp_path, cli)
+    run_a_turn(theirs, peer, "job")
     ours.sync_once()  # the work is merged here; the lease seen released
     assert ours.claim("job")
     timings = ours.timings.snapshot()
@@ -93,9 +100,7 @@ def test_a_claim_of_a_lease_released_with_work_we_have_asks_nothing_more(
 def test_a_claim_does_not_wait_for_news_of_other_conversations(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = share_record(tmp_path, ws, cli, lease="0.6", interval="0.2")
-    peer = clone_sharing(remote, tmp_path / "peer", cli)
-    ours, theirs = engine_at(ws), engine_at(peer)
+    _remote, peer, ours, theirs = two_clones(ws, tmp_path, cli, lease="0.6", interval="0.2")
     commit_in_record(peer, "elsewhere", "task.md", "# Not ours to run\n")
     theirs.sync_once()
     # A view older than half a lease: the claim fetches the record once more.
@@ -338,9 +343,7 @@ def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
 def test_released_leases_are_swept_once_old(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote = share_record(tmp_path, ws, cli, lease="0.6", interval="0.2")
-    peer = clone_sharing(remote, tmp_path / "peer", cli)
-    ours, theirs = engine_at(ws), engine_at(peer)
+    remote, _peer, ours, theirs = two_clones(ws, tmp_path, cli, lease="0.6", interval="0.2")
     assert theirs.claim("job")
     theirs.release("job")
     theirs.sync_once()
