@@ -52,7 +52,9 @@ SCHEMA: dict[str, Key] = {
     "git.maintenance_every": Key(int, 500, "commits between background git gc/commit-graph"),
     "query.lock_wait": Key((int, float), 0.0, "seconds jpfs query waits for a busy conversation"),
     "sync.remote": Key(str, "", "git remote that shares the record between machines (empty: none)"),
-    "sync.interval": Key((int, float), 2.0, "seconds between the daemon's fetch/push cycles"),
+    "sync.interval": Key(
+        (int, float), 2.0, "seconds from one fetch/push cycle's start to the next"
+    ),
     "sync.lease": Key((int, float), 30.0, "seconds a lease lasts without renewal"),
     "sync.machine": Key(str, "", "this clone's name in leases and trailers (default: host-path)"),
     "sync.scan": Key(bool, True, "refuse to push a record that holds a recognised secret"),

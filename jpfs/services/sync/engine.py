@@ -315,10 +315,12 @@ class SyncEngine:
         """Cycle until ``stop``: every ``interval``, or at once when woken."""
         while not stop.is_set():
             self.wake.clear()
+            began, failed = time.monotonic(), True
             try:
                 self.sync_once()
                 self.sweep()
                 self.stats.last_error = ""
+                failed = False
             except JpfsError as exc:
                 self.stats.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 log.warning(
@@ -331,7 +333,13 @@ class SyncEngine:
                 self.stats.last_error = (
                     f"internal error in jpfs ({type(exc).__name__}); see the log"
                 )
-            self.wake.wait(self.interval)
+            # Cycles start every ``interval`` (new work is noticed within one interval,
+            # not one plus a cycle), at least a quarter of it apart; after a failure, a
+            # whole interval from its end.
+            spent = time.monotonic() - began
+            self.wake.wait(
+                self.interval if failed else max(self.interval / 4, self.interval - spent)
+            )
         try:
             self.sync_once()  # hand back what we hold
         except JpfsError as exc:
