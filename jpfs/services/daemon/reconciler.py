@@ -174,12 +174,13 @@ class Reconciler:
                 return  # our own run's transcript: its commits are the record
             complete = ended and not edits.agent_written(inner)
         self.settling.note(conv_id, path, FileState(now, complete, ended))
-        if conv_id in self.backoff or conv_id in self.fault_wait:
-            self.due.setdefault(conv_id, now)  # locked, or the repository failing: paced
-        else:
+        due = self.due.get(conv_id)
+        paced = conv_id in self.backoff or conv_id in self.fault_wait  # locked, or failing
+        if due is None or (due > now + self.settle and not paced):
             # A change is looked at now (settling decides when it is saved), even if a
-            # later look was due: a claim lost to a peer looks again when its lease may
-            # end, which must not hold up a human's edit meanwhile.
+            # much later look was due: a claim lost to a peer looks again when its lease
+            # may end, which must not hold up a human's edit meanwhile. A look due within
+            # a settle stays (a save in progress is looked at once it may have ended).
             self.due[conv_id] = now
 
     def process_due(self) -> None:
