@@ -344,6 +344,8 @@ def test_released_leases_are_swept_once_old(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
     remote, _peer, ours, theirs = two_clones(ws, tmp_path, cli, lease="0.6", interval="0.2")
+    assert ours.tombstone_age == 60.0  # 2 x sync.lease, and at least a minute
+    ours.tombstone_age = 1.2  # here, not to wait a minute
     assert theirs.claim("job")
     theirs.release("job")
     theirs.sync_once()
@@ -359,7 +361,6 @@ def test_released_leases_are_swept_once_old(
         return git(remote, "for-each-ref", "refs/jpfs/leases/") == ""
 
     wait_until(swept, timeout=20, interval=0.1, message="the tombstone swept")
-    assert ours.tombstone_age == 1.2
 
 
 def test_machines_sharing_work_each_pick_a_different_share_first(

@@ -8,9 +8,10 @@ cheapest first (protocol/sync.md, "Claims"):
 * the lease was released: its value (a tombstone) names the record commit holding the
   work done under it; if this clone's record has that conversation as that commit has
   it, nothing needs fetching;
-* the lease was absent at a fetch of ours begun less than ``sync.lease / 2`` ago: any
-  release since would have left a tombstone there (tombstones live ``2 x sync.lease``),
-  so the record of that fetch holds every release's work;
+* the lease was absent at a fetch of ours begun less than ``sync.lease / 2`` ago (at
+  most 30 s): any release since would have left a tombstone there (tombstones live
+  ``2 x sync.lease``, at least a minute), so the record of that fetch holds every
+  release's work;
 * otherwise (a takeover, an old view), the record is fetched once more after the claim
   (:mod:`jpfs.services.sync.probe`), and merged first if it changed that conversation.
 """
@@ -37,6 +38,8 @@ from jpfs.services.sync.stats import SyncStats, Timings
 
 log = logging.getLogger("jpfs.services.sync")
 
+# The longest a view of "no lease" is trusted (half a lease, at most this).
+FRESH_MAX = 30.0
 # Waits before trying a merge again when the record worktree is busy (a claim).
 _BUSY_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)
 
@@ -81,7 +84,9 @@ class Claimer:
             engine.probing,
             engine.common_ground,
         )
-        self.fresh = self.book.duration / 2  # how old a view of an absent lease may be
+        # How old a view of an absent lease may be: shorter than any machine's tombstones
+        # live (leases.TOMBSTONE_MIN_AGE), whatever each one's sync.lease.
+        self.fresh = min(self.book.duration / 2, FRESH_MAX)
 
     def claim(self, conv_id: str, *, looked: bool = False) -> bool:
         engine, book = self.engine, self.book

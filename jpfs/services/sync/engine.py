@@ -31,7 +31,13 @@ from jpfs.infra.git import remote as gitremote
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
 from jpfs.services.sync.claiming import Claimer
-from jpfs.services.sync.leases import LEASE_NS, RELEASED, LeaseBook, new_incarnation
+from jpfs.services.sync.leases import (
+    LEASE_NS,
+    RELEASED,
+    TOMBSTONE_MIN_AGE,
+    LeaseBook,
+    new_incarnation,
+)
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
 
@@ -92,7 +98,7 @@ class SyncEngine:
         # When the fetch whose leases the book holds began; released leases are swept
         # from the remote once unchanged this long (protocol/sync.md, "Claims").
         self.observed_at = float("-inf")
-        self.tombstone_age = 2 * lease
+        self.tombstone_age = max(2 * lease, TOMBSTONE_MIN_AGE)
         self._swept = time.monotonic()
         self.claimer = Claimer(self)
 

@@ -61,6 +61,10 @@ class Lease:
     previous: Observed | None = None  # what the ref held before our claim
 
 
+# A released lease is swept once unchanged for 2 x sync.lease, and never sooner than
+# this: longer than any machine trusts a view of no lease (claiming.FRESH_MAX), whatever
+# the sync.lease of each.
+TOMBSTONE_MIN_AGE = 60.0
 LEASE_ROOT = "jpfs leases\n\nEvery lease value is a child of this commit.\n"
 RELEASED = re.compile(r"^Jpfs-Released: *([0-9a-f]{40,64}) *$", re.MULTILINE)
 
