@@ -13,6 +13,7 @@ the call by more than a moment.
 from __future__ import annotations
 
 import email.utils
+import functools
 import random
 import socket
 import threading
@@ -195,20 +196,14 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return when.timestamp() - time.time()
 
 
-_ssl_lock = threading.Lock()
-_ssl_contexts: list[ssl.SSLContext] = []
-
-
+@functools.cache
 def shared_ssl_context() -> ssl.SSLContext:
     """The process's one SSL context for model calls: building one loads the CA bundle
     (~20 ms of CPU), and a provider is made per run. A context only verifies, so every
     client and thread can share it."""
     import httpx2
 
-    with _ssl_lock:
-        if not _ssl_contexts:
-            _ssl_contexts.append(httpx2.create_ssl_context())
-        return _ssl_contexts[0]
+    return httpx2.create_ssl_context()
 
 
 class SdkClients:

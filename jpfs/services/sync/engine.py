@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,10 +32,10 @@ from jpfs.services.sync import leaks
 from jpfs.services.sync.claiming import Claimer
 from jpfs.services.sync.leases import (
     LEASE_NS,
-    RELEASED,
     TOMBSTONE_MIN_AGE,
     LeaseBook,
     new_incarnation,
+    read_value,
 )
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
@@ -44,7 +43,6 @@ from jpfs.services.sync.stats import SyncStats, Timings
 log = logging.getLogger("jpfs.services.sync")
 
 _PUSH_ATTEMPTS = 4
-_HOLDER = re.compile(r"^Jpfs-Machine: *(\S+) *$", re.MULTILINE)  # in a lease's message
 
 
 class SyncEngine:
@@ -195,10 +193,11 @@ class SyncEngine:
             for ref, (oid, message) in refs.messages_under(self.repo, self.track_leases).items():
                 name = LEASE_NS + ref.removeprefix(self.track_leases)
                 remote[name] = oid
-                if tombstone := RELEASED.search(message):
-                    released[name] = tombstone[1]
-                elif holder := _HOLDER.search(message):
-                    peers[holder[1]] = peers.get(holder[1], 0) + 1
+                holder, record = read_value(message)
+                if record:
+                    released[name] = record
+                elif holder:
+                    peers[holder] = peers.get(holder, 0) + 1
             self.book.observe(remote, released)
             self.observed_at = began
             self.stats.peers = peers

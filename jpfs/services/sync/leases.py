@@ -66,7 +66,18 @@ class Lease:
 # the sync.lease of each.
 TOMBSTONE_MIN_AGE = 60.0
 LEASE_ROOT = "jpfs leases\n\nEvery lease value is a child of this commit.\n"
-RELEASED = re.compile(r"^Jpfs-Released: *([0-9a-f]{40,64}) *$", re.MULTILINE)
+_RELEASED = re.compile(r"^Jpfs-Released: *([0-9a-f]{40,64}) *$", re.MULTILINE)
+_HOLDER = re.compile(r"^Jpfs-Machine: *(\S+) *$", re.MULTILINE)
+
+
+def read_value(message: str) -> tuple[str, str]:
+    """What a lease value's commit message says: (the machine holding it, the record
+    commit a release names); "" for what it does not say (junk says neither)."""
+    released = _RELEASED.search(message)
+    if released:
+        return "", released[1]
+    holder = _HOLDER.search(message)
+    return (holder[1] if holder else ""), ""
 
 
 class LeaseBook:
