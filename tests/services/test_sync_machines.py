@@ -48,11 +48,14 @@ def clone(remote: Path, path: Path) -> Path:
     return path
 
 
-def seed_remote(tmp_path: Path, *, lease: float) -> Path:
-    """The remote, with the project's branch and a record configured for sync."""
+def seed_remote(tmp_path: Path, *, lease: float, url: str = "") -> Path:
+    """The remote, with the project's branch and a record configured for sync: a bare
+    repository made here (its path is returned), or the one served at ``url``."""
     remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
-    seed = clone(remote, tmp_path / "seed")
+    if not url:
+        git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    seed = tmp_path / "seed"
+    git(tmp_path, "clone", "-q", url or str(remote), str(seed))
     (seed / "README.md").write_text("# project\n", encoding="utf-8")
     git(seed, "add", "README.md")
     git(seed, "commit", "-q", "-m", "initial")

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, held_leases, use_only_agent, wait_until
+from tests.conftest import git, held_leases, wait_until
 from tests.gitservers import GitDaemon, SmartHttp
 from tests.messages_server import MessagesServer, last_user_text, text_reply
 from tests.services.test_sync_machines import (
-    AGENT,
     TASK_RE,
     assistant_turns,
     fsck,
     jpfs,
     key_of,
+    seed_remote,
     start_daemon,
     status,
     stop_daemon,
@@ -44,24 +44,6 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     server: Server = GitDaemon(srv) if request.param == "git" else SmartHttp(srv)
     with server.start(probe="remote.git"):
         yield server
-
-
-def seed(tmp_path: Path, url: str) -> None:
-    """The project's branch and a record configured for sync, pushed over ``url``."""
-    seed = tmp_path / "seed"
-    git(tmp_path, "clone", "-q", url, str(seed))
-    (seed / "README.md").write_text("# project\n", encoding="utf-8")
-    git(seed, "add", "README.md")
-    git(seed, "commit", "-q", "-m", "initial")
-    jpfs(seed, "init")
-    use_only_agent(seed, "syncer", AGENT)
-    for key, value in (("sync.remote", "origin"), ("sync.interval", "0.3")):
-        jpfs(seed, "config", "set", key, value)
-    jpfs(seed, "config", "set", "sync.lease", str(LEASE))
-    git(seed, "add", "-A")
-    git(seed, "commit", "-q", "-m", "share the record through origin")
-    git(seed, "push", "-q", "origin", "main")
-    jpfs(seed, "sync")
 
 
 def clone(tmp_path: Path, url: str, name: str) -> Path:
@@ -88,7 +70,7 @@ def test_two_daemons_share_the_work_over_a_network_remote(
     api_env.responder = lambda request: text_reply("Done.", delay=0.05)  # type: ignore[assignment]
     url = served.url("remote.git")
     remote = served.root / "remote.git"
-    seed(tmp_path, url)
+    seed_remote(tmp_path, lease=LEASE, url=url)
     daemons = [clone(tmp_path, url, f"d{i}") for i in (1, 2)]
     writer = clone(tmp_path, url, "writer")
     try:
@@ -131,7 +113,7 @@ def test_a_remote_that_goes_away_and_comes_back(
     api_env.responder = respond  # type: ignore[assignment]
     url = served.url("remote.git")
     remote = served.root / "remote.git"
-    seed(tmp_path, url)
+    seed_remote(tmp_path, lease=LEASE, url=url)
     ws = clone(tmp_path, url, "d1")
     writer = clone(tmp_path, url, "writer")
     try:
