@@ -304,7 +304,8 @@ def _no_jpfs_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     """The suite leaves no jpfs process behind: at the end of a session (of each worker),
     a jpfs process still running in one of its workspaces fails it, and is killed."""
     yield
-    base = str(tmp_path_factory.getbasetemp())
+    # With a separator: another session's base (pytest-12 beside pytest-123) is not ours.
+    base = os.path.join(str(tmp_path_factory.getbasetemp()), "")
     left = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():

@@ -97,6 +97,59 @@ def engine_at(path: Path) -> SyncEngine:
     return SyncEngine(open_workspace(path))
 
 
+def write_task(clone_: Path, conv: str, text: str) -> None:
+    (clone_ / "conversations" / conv).mkdir(parents=True, exist_ok=True)
+    (clone_ / "conversations" / conv / "task.md").write_text(text, encoding="utf-8")
+    open_workspace(clone_).committer.commit_pending()
+
+
+def test_work_to_send_is_pushed_before_any_fetch_and_a_lost_push_merges(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote = share_record(tmp_path, ws, cli)
+    laptop = clone_sharing(remote, tmp_path / "laptop", cli)
+    ours, theirs = engine_at(ws), engine_at(laptop)
+    ours.sync_once()
+    write_task(ws, "first", "# First\n")
+    fetches = ours.stats.fetches
+    ours.sync_once(eager=True, observe=False)
+    assert ours.stats.fetches == fetches  # ours only added to theirs: no round trip first
+    assert git(remote, "rev-parse", "jpfs-record") == rgit(ws, "rev-parse", "HEAD")
+    # A peer pushed meanwhile: the eager push loses, fetches, merges and pushes again.
+    write_task(laptop, "second", "# Second\n")
+    theirs.sync_once()
+    write_task(ws, "third", "# Third\n")
+    ours.sync_once(eager=True, observe=False)
+    assert ours.stats.fetches == fetches + 1
+    listed = git(remote, "ls-tree", "--name-only", "jpfs-record").split()
+    assert {"first", "second", "third"} <= set(listed)
+    assert git(remote, "rev-parse", "jpfs-record") == rgit(ws, "rev-parse", "HEAD")
+    # With a view to keep (a daemon's claims read it), an old view is fetched after.
+    ours.observed_at = time.monotonic() - 2 * ours.interval
+    write_task(ws, "fourth", "# Fourth\n")
+    ours.sync_once(eager=True)
+    assert ours.stats.fetches == fetches + 2
+    assert git(remote, "rev-parse", "jpfs-record") == rgit(ws, "rev-parse", "HEAD")
+
+
+def test_a_fresh_clone_sends_by_hand_from_what_git_fetched(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """A clone that never ran ``jpfs sync`` compares against what ``git clone`` saw of
+    the record; the remote moved since: the push loses, and the work still lands."""
+    remote = share_record(tmp_path, ws, cli)
+    git(tmp_path, "clone", "-q", str(remote), str(tmp_path / "fresh"))
+    fresh = tmp_path / "fresh"
+    write_task(ws, "meanwhile", "# Meanwhile\n")
+    assert cli("sync").code == 0
+    (fresh / "conversations" / "hello").mkdir(parents=True)  # as before any jpfs command
+    (fresh / "conversations" / "hello" / "task.md").write_text("# Hi\n", encoding="utf-8")
+    sent = cli("sync", cwd=fresh)
+    assert sent.code == 0, sent.stderr
+    listed = git(remote, "ls-tree", "--name-only", "jpfs-record").split()
+    assert {"hello", "meanwhile"} <= set(listed)
+
+
 def test_of_two_claims_at_once_exactly_one_wins(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:

@@ -101,11 +101,29 @@ class SyncEngine:
         self.claimer = Claimer(self)
 
     # -- one cycle ---------------------------------------------------------------------------
-    def sync_once(self, *, push: bool = True) -> Integration:
-        """Fetch, integrate, push (retrying when a peer pushed in between)."""
-        outcome = self.pull()
-        if not push:
-            return outcome
+    def sync_once(
+        self, *, push: bool = True, eager: bool = False, observe: bool = True
+    ) -> Integration:
+        """Fetch, integrate, push (retrying when a peer pushed in between).
+
+        ``eager`` (work of ours to send: a run released its lease, a human ran ``jpfs
+        sync``): when ours only adds to the remote's record as last fetched, push first,
+        and fetch only if that push loses. The push is a compare-and-swap either way; a
+        fetch before it costs a round trip on every result, and at the end of a burst,
+        when several machines push at once, it widens each one's window to be overtaken.
+        ``observe``: the cycle leaves a view of the leases no older than ``interval``
+        (a daemon's claims rely on it; ``jpfs sync`` holds none)."""
+        if push and eager and self._ahead():
+            if self.push():
+                if not observe or time.monotonic() - self.observed_at < self.interval:
+                    return Integration("up-to-date")
+                outcome = self.pull()  # and push below what it merged, if anything
+            else:
+                outcome = self.pull(fetched=True)  # the failed push fetched theirs
+        else:
+            outcome = self.pull()
+            if not push:
+                return outcome
         for _attempt in range(_PUSH_ATTEMPTS):
             if self.push(record=outcome.kind != "busy"):
                 return outcome
@@ -121,6 +139,21 @@ class SyncEngine:
             f"could not push the record to {self.remote}: other machines pushed first"
             f" {_PUSH_ATTEMPTS} times in a row; the next sync tries again"
         )
+
+    def _ahead(self) -> bool:
+        """Whether ours is the remote's record as last fetched plus commits of ours, with
+        nothing set aside to merge first (a push could then only fail or add)."""
+        ours = refs.resolve(self.repo, f"refs/heads/{self.branch}")
+        theirs = refs.resolve(self.repo, self.track_record)
+        if theirs is None:
+            # Never synced here, but cloned or fetched with git: that is a view too.
+            cloned = refs.resolve(self.repo, f"refs/remotes/{self.remote}/{self.branch}")
+            if cloned is not None:
+                git.run(self.repo, ["update-ref", self.track_record, cloned, ""], check=False)
+                theirs = refs.resolve(self.repo, self.track_record)
+        if ours is None or theirs is None or ours == theirs or self.book.forfeits():
+            return False
+        return refs.is_ancestor(self.repo, theirs, ours)
 
     def pull(self, *, fetched: bool = False) -> Integration:
         """Fetch (unless ``fetched``: a failed push just did) and integrate."""
@@ -318,11 +351,12 @@ class SyncEngine:
     # -- the daemon's thread -------------------------------------------------------------------
     def loop(self, stop: threading.Event) -> None:
         """Cycle until ``stop``: every ``interval``, or at once when woken."""
+        woken = False
         while not stop.is_set():
             self.wake.clear()
             began, failed = time.monotonic(), True
             try:
-                self.sync_once()
+                self.sync_once(eager=woken)
                 self.sweep()
                 self.stats.last_error = ""
                 failed = False
@@ -342,7 +376,7 @@ class SyncEngine:
             # not one plus a cycle), at least a quarter of it apart; after a failure, a
             # whole interval from its end.
             spent = time.monotonic() - began
-            self.wake.wait(
+            woken = self.wake.wait(
                 self.interval if failed else max(self.interval / 4, self.interval - spent)
             )
         try:

@@ -49,7 +49,9 @@ def sync_by_hand(ws: Workspace) -> HandSync:
     committed = ws.committer.commit_pending(
         "jpfs: edits synced by hand", (("Jpfs-Event", "edit"), ("Jpfs-Machine", engine.machine))
     )
-    outcome = engine.sync_once()
+    # Push first when ours simply adds to theirs: what others wait for lands a round
+    # trip sooner; a push that loses fetches, merges and pushes as ever.
+    outcome = engine.sync_once(eager=True, observe=False)
     if outcome.kind == "busy":
         # Nothing of ours went out (a push must contain theirs): say so, and what to do.
         done = f"your edits are committed here ({committed[:12]}); " if committed else ""
