@@ -89,17 +89,19 @@ def test_stop_ends_the_runs_after_their_step_and_drops_the_queue() -> None:
     assert h.done == []  # no follow-up work is scheduled while stopping
 
 
-def test_a_preferring_pop_takes_the_first_preferred_group_head() -> None:
+def test_a_ranked_pop_takes_the_first_group_head_ranked_lowest() -> None:
     queue = FairQueue()
-    for conv_id in ["a", "b/1", "b/2", "c", "d"]:
+    for conv_id in ["a", "b/1", "b/2", "c", "d", "e"]:
         queue.push(conv_id)
-    # Only group heads are candidates: "b/2" waits behind "b/1" whatever it prefers.
-    assert queue.pop(lambda conv_id: conv_id in ("b/2", "c")) == "c"
-    assert queue.pop(lambda conv_id: False) == "a"  # none preferred: the usual turn
-    assert queue.pop(None) == "b/1"
-    assert queue.pop(lambda conv_id: conv_id == "b/2") == "b/2"
-    assert queue.pop(lambda conv_id: True) == "d"
-    assert queue.pop(lambda conv_id: True) is None and len(queue) == 0
+    ranks = {"a": 2, "b/1": 1, "b/2": 0, "c": 0, "d": 1, "e": 0}
+    # Only group heads are candidates: "b/2" waits behind "b/1" whatever its rank.
+    assert queue.pop(ranks.__getitem__) == "c"
+    assert queue.pop(ranks.__getitem__) == "e"
+    assert queue.pop(ranks.__getitem__) == "b/1"  # none first: the first of the seconds
+    assert queue.pop(None) == "a"  # no rank: the usual turn
+    assert queue.pop(lambda conv_id: 1) == "d"
+    assert queue.pop(ranks.__getitem__) == "b/2"
+    assert queue.pop(ranks.__getitem__) is None and len(queue) == 0
 
 
 def test_a_change_is_looked_at_now_even_when_a_later_look_was_due(ws: Path) -> None:

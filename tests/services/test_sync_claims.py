@@ -380,6 +380,15 @@ def test_machines_sharing_work_each_pick_a_different_share_first(
     assert set.union(*picks.values()) == {f"t-{n:04d}" for n in range(3000)}
     assert sum(len(share) for share in picks.values()) == 3000  # each picked first once
     assert all(800 < len(share) < 1200 for share in picks.values()), picks.keys()
+    # Past its own share, each machine stands at a place of its own: two that ran out
+    # never reach for the same conversation next.
+    places: dict[str, list[int]] = {}
+    for machine in machines:
+        engine.machine = machine
+        engine.stats.peers = {other: 1 for other in machines if other != machine}
+        places[machine] = [engine.claimer.rank(f"t-{n:04d}") for n in range(3000)]
+    for n in range(3000):
+        assert sorted(places[machine][n] for machine in machines) == [0, 1, 2]
     engine.stats.peers = {}
     engine.machine = "desk"
     assert all(engine.claimer.first_pick(f"t-{n:04d}") for n in range(100))  # alone: all

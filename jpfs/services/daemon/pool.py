@@ -48,15 +48,18 @@ class FairQueue:
         self._groups.setdefault(self.group_of(conv_id), deque()).append(conv_id)
         return True
 
-    def pop(self, prefer: Callable[[str], bool] | None = None) -> str | None:
+    def pop(self, rank: Callable[[str], int] | None = None) -> str | None:
         """The oldest id of the group whose turn it is; that group goes to the back.
-        ``prefer``: the first of the next groups' oldest ids it accepts, if any is (only
-        the first :data:`PREFER_SCAN` groups are looked at: a pop stays cheap)."""
+        ``rank``: of the next groups' oldest ids (only the first :data:`PREFER_SCAN`: a
+        pop stays cheap), the first of those ranked lowest."""
         chosen = next(iter(self._groups), None)
-        if prefer is not None:
+        if rank is not None:
+            best: int | None = None
             for group in itertools.islice(self._groups, PREFER_SCAN):
-                if prefer(self._groups[group][0]):
-                    chosen = group
+                score = rank(self._groups[group][0])
+                if best is None or score < best:
+                    best, chosen = score, group
+                if best == 0:
                     break
         if chosen is None:
             return None
@@ -103,9 +106,9 @@ class Pool:
         self._closing = False
         self._workers = 0  # live worker threads; above ``size`` they retire when idle
         self._threads: list[threading.Thread] = []
-        # With peers sharing the record: which queued conversations to start first (the
-        # ones peers will not pick first), so that claims seldom collide.
-        self.prefer: Callable[[str], bool] | None = None
+        # With peers sharing the record: how late this machine should start each queued
+        # conversation (0: first; see Claimer.rank), so that claims seldom collide.
+        self.rank: Callable[[str], int] | None = None
         with self._cv:
             self._add_workers(self.size)
 
@@ -189,7 +192,7 @@ class Pool:
                 if self._workers > self.size:
                     self._workers -= 1
                     return
-                conv_id = self._queue.pop(self.prefer)
+                conv_id = self._queue.pop(self.rank)
                 if conv_id is None:
                     continue
                 job = Job(conv_id)

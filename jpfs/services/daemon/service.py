@@ -140,7 +140,7 @@ class Daemon:
             )
             self.reconciler.shared = True
             self.reconciler.spread = self.shared.engine.incarnation
-            self.pool.prefer = self.shared.engine.claimer.first_pick
+            self.pool.rank = self.shared.engine.claimer.rank
 
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(

@@ -201,13 +201,22 @@ class Claimer:
         else:
             self.engine.release(conv_id)  # the next push with the record takes it
 
+    def rank(self, conv_id: str) -> int:
+        """Where this machine stands among those that would pick ``conv_id`` (0: first):
+        its place in the rendezvous hash of the conversation among the machines holding
+        leases now (and this one). Peers that see the same queue start on different
+        conversations; one that has run out of its own takes those it stands second
+        for, so two such never reach for the same one."""
+        mine = _rank(self.engine.machine, conv_id)
+        return sum(
+            1
+            for machine in self.engine.stats.peers
+            if machine != self.engine.machine and _rank(machine, conv_id) > mine
+        )
+
     def first_pick(self, conv_id: str) -> bool:
-        """Whether this machine should be the one to pick ``conv_id`` first: the one the
-        rendezvous hash of the conversation ranks first among the machines holding
-        leases now (and this one). Peers that see the same queue then start on
-        different conversations, and seldom claim the same one at once."""
-        machines = {*self.engine.stats.peers, self.engine.machine}
-        return max(machines, key=lambda machine: _rank(machine, conv_id)) == self.engine.machine
+        """Whether this machine should be the one to pick ``conv_id`` first."""
+        return self.rank(conv_id) == 0
 
 
 def _rank(machine: str, conv_id: str) -> bytes:
