@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -145,6 +146,34 @@ def test_blame_bad_input(
         result = cli("blame", "shared.txt", "-L", bad)
         assert result.code == 2, (bad, result.stderr)
         assert "-L" in result.stderr
+
+
+# Start-up is most of what `jpfs blame` costs over `git blame` (bench/RESULTS.md): it
+# reads trailer names and record files, and commits, prices and calls models never.
+NOT_FOR_BLAME = (
+    "jpfs.infra.committer", "jpfs.infra.providers", "jpfs.services.views.explanation",
+    "jpfs.core.usage", "anthropic", "openai", "mcp",
+)  # fmt: skip
+
+
+def test_blame_imports_nothing_it_does_not_use(
+    project: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project)
+    conv = run(cli, "impl", "alpha")
+    assert cli("merge", conv).code == 0
+    probe = (
+        "import sys\nfrom jpfs.cli.main import main\n"
+        "code = main(['blame', 'shared.txt', '--format', 'json'])\n"
+        "print(code, *sorted(sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=project, capture_output=True, text=True, check=False
+    )
+    code, *loaded = done.stderr.split()
+    assert code == "0" and json.loads(done.stdout)[1]["conversation"] == conv, done.stderr
+    assert "jpfs.services.views.provenance" in loaded  # the probe sees what blame loads
+    assert [m for m in loaded if m.startswith(NOT_FOR_BLAME)] == []
 
 
 def test_blame_survives_fast_forward_cherry_pick_rebase_and_squash(
