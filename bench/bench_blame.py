@@ -11,8 +11,8 @@ Then measures, interleaved:
 
 * git: ``git blame FILE`` (the baseline);
 * jpfs: :func:`jpfs.services.views.provenance.blame` in this process (blame
-  --porcelain, one ``git log`` for the commits, one ``cat-file --batch`` for the named
-  record files; the target is at most 2x git);
+  --porcelain, one ``git log`` for the commits, then the named record files read in
+  process, a pygit2 tree lookup each; the target is at most 2x git);
 * cli: ``jpfs blame FILE --format json`` as a user runs it (Python's start-up
   included, shown for scale).
 
