@@ -208,6 +208,42 @@ def test_blame_survives_fast_forward_cherry_pick_rebase_and_squash(
     assert_written_by(blame_json(cli, "shared.txt"), conv, project)
 
 
+def test_a_squash_of_two_conversations_names_both_and_no_writer(
+    project: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A second implementer that edits line4 (and its own notes): both branches squash
+    # together without a conflict (git's merge takes adjacent lines for one change).
+    (project / "shared.txt").write_text("line1\nline2\nline3\nline4\n", encoding="utf-8")
+    git(project, "commit", "-q", "-am", "a fourth line")
+    write_profile(project, "impl4", IMPL.replace('"line2"', '"line4"').replace("notes", "notes4"))
+    monkeypatch.chdir(project)
+    alpha, beta = run(cli, "impl", "alpha"), run(cli, "impl4", "beta")
+    git(project, "merge", "-q", "--squash", f"jpfs/{alpha}/_", f"jpfs/{beta}/_")
+    git(project, "commit", "-q", "--no-edit")
+    message = git(project, "log", "-1", "--format=%B")
+    assert message.startswith("Squashed commit of the following:")
+
+    rows = blame_json(cli, "shared.txt")
+    assert [r["text"] for r in rows] == ["line1", "alpha", "line3", "beta"]
+    squashed = git(project, "rev-parse", "HEAD").strip()
+    for row in (rows[1], rows[3]):
+        # protocol/provenance.md, "What survives": no single writer, both named.
+        assert row["commit"] == squashed and row["conversation"] is None
+        assert sorted(row["conversations"]) == sorted([alpha, beta])
+        assert row["agent"] is None and row["task"] is None and row["event"] is None
+    assert rows[0]["conversations"] == [] and rows[2]["conversation"] is None
+
+    explained = cli("blame", "shared.txt", "--explain", "4")
+    assert explained.code == 0, explained.stderr
+    said = explained.stdout
+    assert "not written by a jpfs agent" not in said
+    assert f"written by a squash of conversations {', '.join(rows[3]['conversations'])}" in said
+    assert '"What survives" in protocol/provenance.md' in said
+    data = json.loads(cli("blame", "shared.txt", "--explain", "4", "--format", "json").stdout)
+    assert data["conversation"] is None and sorted(data["conversations"]) == sorted([alpha, beta])
+    assert data["task_text"] is None and data["call"] is None
+
+
 def test_blame_in_a_clone_that_fetched_the_record(
     project: Path, cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
