@@ -26,12 +26,33 @@ from tests.adapters.blame_scenario import (
     child_of,
     run,
 )
-from tests.conftest import Result, git
+from tests.conftest import Result, git, write_profile
 from tests.services.test_branches import tool_call
+
+# Asks one onboarding question before it edits shared.txt.
+ASKER = """
+model = "script-asker"
+provider = "script"
+workspace = "branch"
+[onboarding]
+enabled = true
+[tools]
+allow = ["fs_modify_file"]
+write = ["**"]
+[[script.onboarding]]
+questions = ["Which line of shared.txt?"]
+assumptions = ["the file stays three lines"]
+[[script.turns]]
+text = "rewriting the line I was told"
+tool_calls = [{ name = "fs_modify_file", input = { path = "shared.txt", old = "line2", new = "asked" } }]
+[[script.turns]]
+text = "done"
+"""
 
 
 @pytest.fixture
 def project(ws: Path) -> Path:
+    write_profile(ws, "asker", ASKER)
     return add_project(ws)
 
 
@@ -69,6 +90,35 @@ def test_blame_after_jpfs_merge_names_conversation_event_and_merge(
     assert data["usage"]["input_tokens"] >= 0
     human = cli("blame", "shared.txt", "--explain", "1").stdout
     assert "not written by a jpfs agent" in human
+
+
+def test_explain_shows_the_onboarding_questions_and_answers(
+    project: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project)
+    asked = cli("query", "--new", "--agent", "asker", "--non-interactive", "Fix a line")
+    assert asked.code == 4, asked.stderr  # waiting for the answer
+    conv = asked.stdout.split('conversation_id="')[1].split('"')[0]
+    answered = cli("answer", conv, "Line 2, nothing else.", "--run")
+    assert answered.code == 0, answered.stderr
+    assert cli("merge", conv).code == 0
+
+    data = json.loads(cli("blame", "shared.txt", "--explain", "2", "--format", "json").stdout)
+    assert data["conversation"] == conv and data["text"] == "asked"
+    assert data["task_text"].strip() == "Fix a line"
+    assert "1. Which line of shared.txt?" in data["questions"]
+    assert "the file stays three lines" in data["questions"]
+    assert "Line 2, nothing else." in data["answers"]
+    assert data["call"] == {
+        "name": "fs_modify_file",
+        "input": {"path": "shared.txt", "old": "line2", "new": "asked"},
+    }
+    text = cli("blame", "shared.txt", "--explain", "2").stdout
+    questions = text.index("## questions\n\n")
+    answers = text.index("## answers\n\n")
+    assert text.index("## task\n\nFix a line") < questions < answers < text.index("## turn")
+    assert "1. Which line of shared.txt?" in text[questions:answers]
+    assert "Line 2, nothing else." in text[answers:]
 
 
 def test_blame_bad_input(
