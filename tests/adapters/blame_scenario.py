@@ -89,10 +89,15 @@ def add_project(ws: Path) -> Path:
     return ws
 
 
+def conversation_in(stderr: str) -> str:
+    """The conversation a non-interactive ``jpfs query`` ran (its last line names it)."""
+    return stderr.split("conversation ")[-1].split()[0]
+
+
 def run(cli: Callable[..., Result], agent: str, task: str) -> str:
     result = cli("query", "--new", "--agent", agent, "--non-interactive", task)
     assert result.code == 0, result.stderr
-    return result.stderr.split("conversation ")[-1].split()[0]
+    return conversation_in(result.stderr)
 
 
 def blame_json(cli: Callable[..., Result], *args: str) -> list[dict[str, Any]]:
@@ -112,15 +117,18 @@ def assert_written_by(
     assert agent["agent"] == "impl" and agent["model"] == "script-impl"
     assert agent["task"] == word
     # The tool call that wrote shared.txt, not the one that wrote notes.txt.
-    event = agent["event"]
-    assert event.startswith(f"{conv_id}/events/") and event.endswith("-tool.md")
+    assert (agent["event"], agent["turn"]) == event_that_wrote(project, conv_id, "shared.txt")
+
+
+def event_that_wrote(project: Path, conv_id: str, path: str) -> tuple[str, str]:
+    """The record paths of the tool event whose call wrote ``path`` and of its turn (the
+    calls of one turn run concurrently: their events are numbered as they finish)."""
     ws = open_workspace(project)
-    meta = Conversation(ws.conv_root, conv_id).events()
-    turn = next(e for e in meta if e.role == "assistant" and e.tool_calls)
-    call = next(c for c in turn.tool_calls if c["input"]["path"] == "shared.txt")
-    tool_ev = next(e for e in meta if e.meta.get("tool_call_id") == call["id"])
-    assert event == f"{conv_id}/events/{tool_ev.path.name}"
-    assert agent["turn"] == f"{conv_id}/events/{turn.path.name}"
+    events = Conversation(ws.conv_root, conv_id).events()
+    turn = next(e for e in events if e.role == "assistant" and e.tool_calls)
+    call = next(c for c in turn.tool_calls if c["input"]["path"] == path)
+    tool = next(e for e in events if e.meta.get("tool_call_id") == call["id"])
+    return f"{conv_id}/events/{tool.path.name}", f"{conv_id}/events/{turn.path.name}"
 
 
 def child_of(project: Path, parent: str) -> str:
