@@ -7,11 +7,13 @@ import socket
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from jpfs.infra.committer import Change, Identity
-
+# The committer is imported where a change is made, not here: its package loads pygit2
+# and a dozen modules (~60 ms of start-up), and a reader of the trailer names below
+# (jpfs blame) commits nothing.
 if TYPE_CHECKING:
     from jpfs.core.conversation import Conversation
     from jpfs.core.workspace import Workspace
+    from jpfs.infra.committer import Change, Identity
     from jpfs.infra.providers.base import Usage
 
 
@@ -35,6 +37,8 @@ def machine_name(ws: Workspace) -> str:
 
 def agent_identity(agent: str) -> Identity:
     """Agents author their own commits; the committer stays the user running jpfs."""
+    from jpfs.infra.committer import Identity
+
     return Identity(f"{agent} (jpfs agent)", f"{agent}@agents.jpfs.invalid")
 
 
@@ -68,6 +72,8 @@ def change(
     """A change of conversation ``conv_id``; ``paths`` default to its whole directory.
 
     ``creates``: new files the committer makes before it snapshots (:class:`Change`)."""
+    from jpfs.infra.committer import Change
+
     rel = [f"{ws.conv_root_rel}/{conv_id}"] if not paths else list(paths)
     trailers = [("Jpfs-Conversation", conv_id), ("Jpfs-Event", event)]
     if agent:

@@ -1529,6 +1529,126 @@ def transcript(block: Block, env: Env) -> None:
             assert pattern.fullmatch(actual.strip()), f"{command}: {actual!r} !~ {pattern.pattern}"
 
 
+# --- protocol/provenance.md -------------------------------------------------------------
+
+PROVENANCE = "protocol/provenance.md"
+
+
+def provenance_scenario(env: Env) -> Shell:
+    """tests/adapters/blame_scenario.py's project, its implementer on the doc's model:
+    ``impl``, asked ``alpha``, wrote notes.txt and rewrote line 2 of shared.txt on its
+    branch (not merged yet). The shell's last id is that conversation's."""
+    from tests.adapters.blame_scenario import IMPL, add_project, conversation_in
+    from tests.conftest import write_profile
+
+    ws = add_project(workspace(env))
+    write_profile(ws, "impl", IMPL.replace('"script-impl"', '"claude-sonnet-4-6"'))
+    ran = jpfs(ws, "query", "--new", "--agent", "impl", "--non-interactive", "alpha")
+    shell = env.shell(ws)
+    shell.workspace, shell.last_id = ws, conversation_in(ran.stderr)
+    return shell
+
+
+def shown_edit_commit(block: Block, shell: Shell, message: str) -> None:
+    """``message`` is the block's, its conversation id and the record's tip aside; its
+    trailers are the table's and git reads them as trailers."""
+    ws = Path(shell.workspace_path())
+    (doc_tip,) = re.findall(r"^Jpfs-Record: ([0-9a-f]{40})$", block.text, re.M)
+    (tip,) = re.findall(r"^Jpfs-Record: ([0-9a-f]{40})$", message, re.M)
+    git(ws, "merge-base", "--is-ancestor", tip, "jpfs-record")  # a commit of the record
+    assert message.rstrip("\n") == substitute(block.text, shell).replace(doc_tip, tip).rstrip("\n")
+    doc = (ROOT / PROVENANCE).read_text(encoding="utf-8")
+    section = doc.split("\n## The trailers\n", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"^\| `(Jpfs-[A-Za-z-]+)` \|", section, re.M)  # the table's rows
+    assert named == ["Jpfs-Event-Path", "Jpfs-Turn", "Jpfs-Model", "Jpfs-Record"], section
+    parsed = subprocess.run(
+        ["git", "interpret-trailers", "--parse"], input=message, capture_output=True,
+        text=True, check=True,
+    ).stdout  # fmt: skip
+    assert {line.split(":")[0] for line in parsed.splitlines()} >= set(named)
+
+
+def shown_blame_json(block: Block, shell: Shell, out: str) -> None:
+    """The real line is the block's object: the keys the Output table names, in this
+    order, and the same values but for the commit's id and time, and the event's number."""
+    from tests.adapters.blame_scenario import event_that_wrote
+
+    ws, conv = Path(shell.workspace_path()), shell.conversation_id()
+    (doc,) = json.loads(substitute(block.text, shell))
+    (real,) = json.loads(out)
+    assert list(real) == list(doc)
+    text = (ROOT / PROVENANCE).read_text(encoding="utf-8")
+    row = next(r for r in text.splitlines() if r.startswith("| `jpfs blame PATH [-L"))
+    assert set(re.findall(r"`([a-z_]+)`", row.split(" | ")[2])) - {"null"} == set(real)
+    edit = git(ws, "rev-parse", f"jpfs/{conv}/_").strip()
+    assert re.fullmatch("[0-9a-f]{40}", doc["commit"]) and isinstance(doc["time"], int)
+    assert (real["commit"], real["time"]) == (edit, int(git(ws, "log", "-1", "--format=%at", edit)))
+    # The turn's two calls run concurrently: the doc's event is one of their two events,
+    # the real one is the event of the call that wrote shared.txt.
+    assert doc["event"] in (f"{conv}/events/0003-tool.md", f"{conv}/events/0004-tool.md")
+    assert (real["event"], real["turn"]) == event_that_wrote(ws, conv, "shared.txt")
+    varies = ("commit", "time", "event")
+    assert {k: v for k, v in real.items() if k not in varies} == {
+        k: v for k, v in doc.items() if k not in varies
+    }
+
+
+def provenance_commit(block: Block, env: Env) -> None:
+    shell = provenance_scenario(env)
+    branch = f"jpfs/{shell.conversation_id()}/_"
+    shown_edit_commit(block, shell, git(shell.cwd, "log", "-1", "--format=%B", branch))
+
+
+def provenance_blame(block: Block, env: Env) -> None:
+    shell = provenance_scenario(env)
+    jpfs(shell.cwd, "merge", shell.conversation_id())
+    out = jpfs(shell.cwd, "blame", "shared.txt", "-L", "2,2", "--format", "json").stdout
+    shown_blame_json(block, shell, out)
+
+
+def provenance_followed(block: Block, env: Env) -> None:
+    """The example's commands, verbatim: each prints what the blocks around them show."""
+    shell = provenance_scenario(env)
+    commit = block_at(env, PROVENANCE, "): edit\n\nJpfs-Conversation:")
+    shown = block_at(env, PROVENANCE, '"conversations": [')
+    merge = r"^merged c-[0-9a-z]{26} \(jpfs/c-[0-9a-z]{26}/_\) into main: [0-9a-f]{12}$"
+
+    def merged(sh: Shell, _d: Done) -> None:
+        message = git(sh.cwd, "log", "-1", "--format=%B", "HEAD")
+        assert f"Jpfs-Merged: {sh.conversation_id()}\n" in message, message
+
+    def explained(sh: Shell, d: Done) -> None:
+        from tests.adapters.blame_scenario import event_that_wrote
+
+        conv = sh.conversation_id()
+        event, turn = event_that_wrote(Path(sh.workspace_path()), conv, "shared.txt")
+        head = [
+            "shared.txt:2: alpha", f"conversation {conv} (impl)", "model claude-sonnet-4-6",
+            f"turn {turn}", f"event {event}",
+        ]  # fmt: skip
+        lines = d.out.splitlines()
+        assert [line for line in lines if line in head] == head, d.out
+        assert re.search(r"^usage input \d+, output \d+, .*, \$\d+\.\d{4}$", d.out, re.M), d.out
+        for part in ("## task\n\nalpha\n", "## turn\n\nediting\n", "## tool result\n"):
+            assert part in d.out, d.out
+        call = json.loads(d.out.split("## tool call\n\n")[1].split("\n\n")[0])
+        assert call == {
+            "name": "fs_modify_file",
+            "input": {"path": "shared.txt", "old": "line2", "new": "alpha"},
+        }
+
+    run_block(
+        block,
+        shell,
+        [
+            ("git log -1 --format=%B jpfs/", Step(after=lambda sh, d: shown_edit_commit(commit, sh, d.out))),
+            ("jpfs merge", Step(out=[r"\A[0-9a-f]{40}\n\Z"], err=[merge], after=merged)),
+            ("jpfs blame shared.txt -L 2,2", Step(after=lambda sh, d: shown_blame_json(shown, sh, d.out))),
+            ("jpfs blame shared.txt --explain 2", Step(after=explained)),
+        ],
+    )  # fmt: skip
+
+
 # --- protocol/record.md -----------------------------------------------------------------
 
 
@@ -1691,6 +1811,9 @@ DOCS: list[Entry] = [
     Entry("protocol/onboarding.md", "489bde1a", "Refactor the billing", onboarding_brief),
     Entry("protocol/onboarding.md", "7e6aee93", "import jpfs", python_onboarding),
     Entry("protocol/onboarding.md", "ea6a4449", "$ jpfs query --new", transcript),
+    Entry("protocol/provenance.md", "f3438484", "jpfs(c-01jh5w7x2k0000000000", provenance_commit),
+    Entry("protocol/provenance.md", "8fd2538b", "git log -1 --format=%B", provenance_followed),
+    Entry("protocol/provenance.md", "08e19e40", "[", provenance_blame),
     Entry("protocol/record.md", "e1f91435", "git -C conversations log", record_reading),
     Entry("protocol/record.md", "5a9c9f6a", "git push origin", record_push),
     Entry("protocol/record.md", "0fcec3f8", "jpfs migrate", record_migrate),

@@ -59,7 +59,7 @@ def blame(
     shape, the conversation in place of the author on lines an agent wrote)."""
     from jpfs.core import scope
     from jpfs.errors import NotFoundError
-    from jpfs.services.views import explanation, provenance
+    from jpfs.services.views import provenance
 
     span = line_range(lines)
     ws = state.ws()
@@ -75,6 +75,9 @@ def blame(
         raise NotFoundError(f"{path}: no such file")
     cwd, name = target.parent, target.name
     if explain is not None:
+        # Only here: it loads the usage ledger's and the providers' modules.
+        from jpfs.services.views import explanation
+
         found = explanation.explain(
             ws.root, ws.record_branch, cwd, name, explain, rev=rev, within=within, table=ws.prices
         )

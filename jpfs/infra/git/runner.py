@@ -100,12 +100,14 @@ def output(cwd: Path, *args: str) -> str:
     return run(cwd, args).stdout.strip()
 
 
-def start(cwd: Path, args: Sequence[str]) -> subprocess.Popen[bytes]:
+def start(cwd: Path, args: Sequence[str], *, english: bool = False) -> subprocess.Popen[bytes]:
     """git ``args`` running beside the caller, its output piped as bytes; end it with
-    ``communicate`` and :func:`stop`."""
+    ``communicate`` and :func:`stop`. ``english``: git's messages in English, as
+    :func:`run`'s are (not by default: git grep matches by the user's locale)."""
+    env = {**os.environ, **_MESSAGES_IN_ENGLISH} if english else None
     try:
         return subprocess.Popen(
-            ["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            ["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
     except OSError as exc:
         raise _not_started(cwd, args, exc) from exc

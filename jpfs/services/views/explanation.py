@@ -49,6 +49,16 @@ class Explanation:
     def text(self) -> str:
         ln = self.line
         head = [f"{ln.path}:{ln.line}: {ln.text}", f"commit {ln.commit}"]
+        if ln.conversation is None and ln.conversations:
+            # A squash: its one commit quotes several writers' messages, and git blame
+            # cannot split its lines between them. Name them; do not call it a person's.
+            names = ", ".join(ln.conversations)
+            head += [
+                f"written by a squash of conversations {names}",
+                "(one commit holds all their work, so blame cannot tell which of them wrote"
+                ' this line: see "What survives" in protocol/provenance.md)',
+            ]
+            return "\n".join(head) + "\n"
         if ln.conversation is None or ln.conversation == OUTSIDE:
             who = ln.conversation or f"{ln.author} (not written by a jpfs agent)"
             return "\n".join([*head, f"written by {who}"]) + "\n"

@@ -29,8 +29,6 @@ from typing import Any
 from jpfs.core import frontmatter, ids, record
 from jpfs.errors import ArgumentError, FormatError, GitError, IdError, ScopeError
 from jpfs.infra import git
-from jpfs.infra.git import refs
-from jpfs.infra.git.runner import run_bytes
 
 OUTSIDE = "(outside your scope)"
 UNCOMMITTED = "0" * 40
@@ -101,16 +99,27 @@ class Line:
 def blame_rows(
     cwd: Path, path: str, *, start: int | None, end: int | None, rev: str | None
 ) -> list[Line]:
-    """``git blame --porcelain`` of ``path`` (in ``rev``, else the work tree), bare."""
+    """``git blame --porcelain`` of ``path`` (in ``rev``, else the work tree), bare.
+
+    The record's reader (:mod:`jpfs.infra.git.refs`: pygit2, ~40 ms to import, most of
+    ``jpfs blame``'s start-up beyond the CLI's own) is imported while git blame works,
+    which it does before it prints anything: the import then costs a command-line run
+    nothing on a machine with a second core."""
     args = ["blame", "--porcelain"]
     if start is not None:
         args += ["-L", f"{start},{end if end is not None else ''}"]
     if rev:
         args.append(commit_of(cwd, rev))  # an id, never a word git could take for an option
     args += ["--", path]
-    proc = run_bytes(cwd, args, check=False)
+    proc = git.start(cwd, args, english=True)
+    try:
+        from jpfs.infra.git import refs  # noqa: F401  (loaded now, used by read_record)
+
+        out, err = proc.communicate()
+    finally:
+        git.stop([proc])
     if proc.returncode != 0:
-        said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        said = err.decode("utf-8", "replace").strip().splitlines()
         raise GitError(
             f"git blame {path}: {said[-1].removeprefix('fatal: ') if said else 'failed'}"
         )
@@ -118,7 +127,7 @@ def blame_rows(
     rows: list[Line] = []
     sha, number = "", 0
     headers: dict[str, str] = {}
-    for raw in proc.stdout.decode("utf-8", "surrogateescape").split("\n"):
+    for raw in out.decode("utf-8", "surrogateescape").split("\n"):
         if raw.startswith("\t"):
             info = commits.setdefault(sha, headers)
             rows.append(
@@ -223,6 +232,8 @@ def read_record(
     In process (pygit2, :func:`jpfs.infra.git.refs.read_files`): a path each is a tree
     lookup, where ``git cat-file --batch`` spent 30 ms on 400 paths of a 1,000-conversation
     record, as long as the ``git blame`` it serves."""
+    from jpfs.infra.git import refs
+
     wanted = list(dict.fromkeys(paths))
     found = refs.read_files(root, f"refs/heads/{branch}", wanted)
     missing = [p for p in wanted if p not in found]
@@ -366,6 +377,8 @@ def commit_of(cwd: Path, rev: str) -> str:
 def _contained_rev(cwd: Path, rev: str) -> str:
     """A scoped caller may blame only history its work tree holds: not the record's
     branch, nor another agent's unmerged branch."""
+    from jpfs.infra.git import refs
+
     sha = commit_of(cwd, rev)
     head = git.run(cwd, ["rev-parse", "--verify", "-q", "HEAD"], ok=(0, 1, 128)).stdout.strip()
     if not head or not refs.is_ancestor(cwd, sha, head):
