@@ -271,7 +271,7 @@ class ReferenceCommitter:
     ) -> bytes:
         result = self._run(args, env, stdin, cwd)
         if check and result.returncode != 0:
-            raise GitError(f"git {args[0]} failed: {result.stderr.decode(errors='replace')}")
+            raise git.failure(args, result.returncode, result.stderr)
         return result.stdout
 
     def _run(

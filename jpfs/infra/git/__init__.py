@@ -14,13 +14,13 @@ runs the same ``git`` process, so it saves nothing per call (1.6-2.3 ms against 
 for the runner, measured for ``rev-parse``), while ``import git`` costs 60-80 ms of
 start-up and ``Repo(...)`` a handle to keep. jpfs uses it for nothing else, so it is not
 used at all: porcelain goes through :func:`run` (its ``output``, ``start`` and ``stop``
-beside it). pygit2 is used where a process per question would be the cost: reading refs
+beside it; ``failure`` words what a caller that ran git unchecked refuses). pygit2 is used where a process per question would be the cost: reading refs
 and ancestry (:mod:`.refs`), walking tree diffs (:mod:`.treediff`), the committer, and
 the object reads of a few services (ARCHITECTURE.md lists them).
 """
 
 from __future__ import annotations
 
-from jpfs.infra.git.runner import output, run, start, stop
+from jpfs.infra.git.runner import complaint, failure, output, run, start, stop
 
-__all__ = ["output", "run", "start", "stop"]
+__all__ = ["complaint", "failure", "output", "run", "start", "stop"]
