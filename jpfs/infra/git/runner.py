@@ -105,6 +105,11 @@ def _command(args: Sequence[str]) -> str:
 # Callers read git's messages (a busy index.lock, the paths a checkout would overwrite)
 # and pass them on in errors: the C locale keeps them the same whatever the user's.
 _MESSAGES_IN_ENGLISH = {"LC_ALL": "C", "LANGUAGE": "C"}
+# :func:`start` runs searches: ``git grep -P`` reads patterns in the character set of
+# LC_ALL / LC_CTYPE (its UTF-8 mode, what ``.`` and ``-i`` match), which must stay the
+# user's, so only the messages are set: LANGUAGE=C outranks every locale variable for
+# them (GNU gettext), LC_MESSAGES=C serves a gettext that reads no LANGUAGE.
+_ONLY_MESSAGES_IN_ENGLISH = {"LANGUAGE": "C", "LC_MESSAGES": "C"}
 
 
 def _not_started(cwd: Path, args: Sequence[str], exc: OSError) -> GitError:
@@ -120,10 +125,14 @@ def output(cwd: Path, *args: str) -> str:
 
 def start(cwd: Path, args: Sequence[str]) -> subprocess.Popen[bytes]:
     """git ``args`` running beside the caller, its output piped as bytes; end it with
-    ``communicate`` and :func:`stop`."""
+    ``communicate`` and :func:`stop` (a failure: :func:`failure`)."""
     try:
         return subprocess.Popen(
-            ["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            ["git", *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **_ONLY_MESSAGES_IN_ENGLISH},
         )
     except OSError as exc:
         raise _not_started(cwd, args, exc) from exc
