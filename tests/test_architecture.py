@@ -89,3 +89,12 @@ def test_the_services_section_names_each_module_once() -> None:
     for package, body in re.findall(r"^- `(\w+)/`:(.*?)(?=^- |\Z)", text, re.M | re.S):
         listed += [f"services/{package}/{name}" for name in re.findall(r"`(\w+\.py)`", body)]
     assert sorted(listed) == sorted(modules("services"))
+
+
+def test_only_the_git_layer_imports_pygit2() -> None:
+    # Its errors are translated to GitError there, once; a service that used it would
+    # have to catch pygit2's own (or let one escape as a bug).
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        if re.search(r"^\s*(import|from) pygit2\b", path.read_text(encoding="utf-8"), re.M):
+            assert rel.parts[:2] in {("infra", "git"), ("infra", "committer")}, rel

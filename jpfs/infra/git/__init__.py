@@ -4,6 +4,7 @@
     refs.py       refs and ancestry read in process (pygit2)
     remote.py     fetch, and atomic compare-and-swap pushes
     treediff.py   a branch's tip and what its commits changed (pygit2)
+    objects.py    objects read and written in process for a few services (pygit2)
     untracked.py  the files git does not track, cached by directory stamps
     ignore.py     what git ignores in a work tree
     dirs.py       where a work tree's git directories are
@@ -16,7 +17,8 @@ start-up and ``Repo(...)`` a handle to keep. jpfs uses it for nothing else, so i
 used at all: porcelain goes through :func:`run` (its ``output``, ``start`` and ``stop``
 beside it; ``failure`` words what a caller that ran git unchecked refuses). pygit2 is used where a process per question would be the cost: reading refs
 and ancestry (:mod:`.refs`), walking tree diffs (:mod:`.treediff`), the committer, and
-the object reads of a few services (ARCHITECTURE.md lists them).
+the object reads and writes of a few services (:mod:`.objects`); nothing above the
+infra layer imports it.
 """
 
 from __future__ import annotations
