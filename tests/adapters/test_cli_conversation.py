@@ -302,6 +302,21 @@ def test_root_id_refuses_everything_outside(ws: Path, cli, tmp_path: Path) -> No
     assert (ws / CONV / "rx").is_dir()
 
 
+def test_every_command_reads_root_id_alike(ws: Path, cli) -> None:
+    # One resolver (jpfs.cli.options): an empty --root-id is an id to check, and so
+    # refused, by blame as by the rest (blame once took it for no --root-id at all).
+    cli("c", "new", "a")
+    for args in (
+        ("tree",), ("cost",), ("log",), ("c", "ls"), ("c", "print", "a"),
+        ("mail", "check", "a"), ("kill", "a"), ("answer", "a", "x"),
+        ("blame", "README.md"),
+    ):  # fmt: skip
+        result = cli(*args, "--root-id", "")
+        assert result.code == 1, args
+        assert "conversation id must not be empty" in result.stderr, args
+    assert cli("blame", "README.md", "--root-id", "a").code == 0
+
+
 def test_use_show_and_gc(ws: Path, cli) -> None:
     cli("c", "new", "keep", "--tmp", "1h")
     cli("c", "new", "old", "--tmp", "1h", "--no-activate")
