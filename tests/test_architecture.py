@@ -89,3 +89,29 @@ def test_the_services_section_names_each_module_once() -> None:
     for package, body in re.findall(r"^- `(\w+)/`:(.*?)(?=^- |\Z)", text, re.M | re.S):
         listed += [f"services/{package}/{name}" for name in re.findall(r"`(\w+\.py)`", body)]
     assert sorted(listed) == sorted(modules("services"))
+
+
+def test_every_service_module_is_placed_in_its_packages_layers() -> None:
+    # A module no layer names is held by no contract: it may import its siblings in any
+    # direction unseen (import-linter checks only the modules a contract names).
+    for package in services_order():
+        base = PACKAGE / "services" / package
+        found = {p.stem for p in base.glob("*.py") if p.name != "__init__.py"}
+        found |= {p.parent.name for p in base.glob("*/__init__.py")}
+        containing = [
+            c for c in contracts().values() if c.get("containers") == [f"jpfs.services.{package}"]
+        ]
+        assert len(containing) == 1, f"services/{package}: no layers contract of its own"
+        layers = containing[0]["layers"]
+        assert isinstance(layers, list)
+        named = [n for layer in layers for n in re.split(r"\s*[|:]\s*", str(layer))]
+        assert sorted(named) == sorted(found), f"services/{package}"
+
+
+def test_only_the_git_layer_imports_pygit2() -> None:
+    # Its errors are translated to GitError there, once; a service that used it would
+    # have to catch pygit2's own (or let one escape as a bug).
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        if re.search(r"^\s*(import|from) pygit2\b", path.read_text(encoding="utf-8"), re.M):
+            assert rel.parts[:2] in {("infra", "git"), ("infra", "committer")}, rel

@@ -1,8 +1,9 @@
 """The CLI's composition root: the one App of a ``jpfs`` process, and its runners.
 
-Every command that runs conversations (``query``, ``answer``, ``onboard``, ``daemon
-run``, ``mcp``) takes its runners from :func:`runner` and its App from :func:`app`;
-the App is built on first use, so a command that runs nothing imports no tool.
+The commands that run conversations (``query``, ``answer``, ``onboard``, ``daemon
+run``) take their runners from :func:`runner` and their App from :func:`app`; the App
+is built on first use, so a command that runs nothing imports no tool. ``mcp`` is an
+adapter of its own: :func:`jpfs.mcp.caller.session` builds its App.
 """
 
 from __future__ import annotations

@@ -13,17 +13,23 @@ subcommand, while click parses each level's options on its own level. So:
   context below it, where the command's own option picks it up (:func:`inherit`). A
   command without such an option refuses it as click does ("No such option",
   :func:`refuse_unknown`).
+
+What ``--root-id`` does to the ids a command is given is here too, so that every
+command reads it alike: :func:`root_scope`, :func:`scoped`, :func:`subtree`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import click
 import typer
 
 from jpfs.cli.context import state
+
+if TYPE_CHECKING:
+    from jpfs.core.workspace import Workspace
 
 
 def _workspace(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
@@ -135,6 +141,38 @@ RootId = Annotated[
         help="Refuse every id that is not a strict descendant of this one.",
     ),
 ]
+
+
+# What --root-id means, resolved once for every command (the core checks each id
+# against it: jpfs.core.scope.resolve). Given, even as "", it is an id to check.
+def root_scope(ws: Workspace, root_id: str | None) -> str | None:
+    """The subtree --root-id confines a command to, checked; None without one."""
+    from jpfs.core import scope
+
+    return scope.resolve(ws.conv_root, root_id) if root_id is not None else None
+
+
+def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
+    """The id to act on (the active one if omitted), checked against --root-id."""
+    within = root_scope(ws, root_id)
+    if conv_id is None:
+        from jpfs.services.conversations import lifecycle
+
+        conv_id = lifecycle.require_active(ws)
+    from jpfs.core import scope
+
+    return scope.resolve(ws.conv_root, conv_id, within=within)
+
+
+def subtree(ws: Workspace, conv_id: str | None, root_id: str | None) -> str | None:
+    """The subtree a command shows: ID (within --root-id), --root-id, or all (None)."""
+    within = root_scope(ws, root_id)
+    if conv_id is None or (not conv_id and within is not None):
+        return within
+    from jpfs.core import scope
+
+    return scope.resolve(ws.conv_root, conv_id, within=within)
+
 
 # A new conversation's budget: it and its descendants (jpfs.services.conversations.budgets).
 BudgetTokens = Annotated[

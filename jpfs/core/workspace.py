@@ -26,7 +26,8 @@ from jpfs.infra import git
 if TYPE_CHECKING:
     from jpfs.core.ledger import Book
     from jpfs.core.prices import Price
-    from jpfs.infra.committer import Change, Committer
+    from jpfs.infra.committer import Change
+    from jpfs.infra.committer.port import CommitterPort
 
 JPFS_DIR = ".jpfs"
 LOCAL_DIR = ".jpfs/local"
@@ -103,7 +104,7 @@ class Workspace:
         return self.local_dir
 
     @functools.cached_property
-    def committer(self) -> Committer:
+    def committer(self) -> CommitterPort:
         # Imported here: pygit2 costs ~0.1 s and read-only commands never commit.
         from jpfs.infra.committer import Committer
 

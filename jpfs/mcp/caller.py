@@ -7,6 +7,13 @@ schemas and descriptions the agents see), run with a synthetic caller profile wh
 ``tools.agents`` is the allowed profiles and ``tools.allow`` the exported tools; the
 tools check every id against R's subtree themselves (:func:`jpfs.core.scope.resolve`).
 
+Calls run in this process, never handed to a daemon as ``jpfs query`` hands its runs
+(:mod:`jpfs.services.run.handoff`): the hand-off spares a short-lived process the SDK's
+import, which a server that lives as long as its client pays once, and a tool call is
+not a query: it runs as R (its limits, profiles, scope), with progress, cancellation
+and usage tied to the MCP request, none of which a handed-over query carries
+(protocol/mcp.md, "Calls and results").
+
 Nothing here imports the ``mcp`` SDK: ``jpfs tools`` uses this module too.
 """
 

@@ -148,6 +148,42 @@ def test_print_and_grep(ws: Path, cli) -> None:
                    "text": "found: needle in line 3"}]  # fmt: skip
 
 
+def test_a_bad_pattern_git_refuses_is_worded_alike_in_any_locale(
+    ws: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python's re takes 300 nested groups; PCRE2 (git grep -P) refuses them, in a
+    # message jpfs reads for the word "parentheses", and git tags with "fatal:" in the
+    # user's language unless jpfs asks for English.
+    pattern = "(" * 300 + "x" + ")" * 300
+    cli("c", "new", "a")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.delenv("LANGUAGE", raising=False)
+    english = cli("c", "grep", "--regex", pattern)
+    assert english.code == 2 and "bad pattern" in english.stderr
+    assert "fatal" not in english.stderr and "too deeply nested" in english.stderr
+    monkeypatch.setenv("LANGUAGE", "de")
+    spoken = subprocess.run(
+        ["git", "rev-parse", "--verify", "no-such-ref"], cwd=ws, capture_output=True, text=True
+    )
+    if spoken.stderr.startswith("fatal:"):
+        pytest.skip("this git has no German messages, so the locale cannot show")
+    assert cli("c", "grep", "--regex", pattern) == english
+
+
+def test_a_regex_search_reads_text_in_the_users_character_set(
+    ws: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # git grep -P matches characters, not bytes, only in a UTF-8 locale: the English
+    # messages jpfs asks of git must not cost the user's character set.
+    from jpfs.core.conversation import Conversation
+
+    cli("c", "new", "a")
+    Conversation(ws / CONV, "a").append_event("user", "a naïve plan\n")
+    record.commit(open_workspace(ws), "a", "input")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    assert grep_brief(cli("c", "grep", "--regex", "na.ve").stdout) == ["a: a naïve plan"]
+
+
 def test_grep_scopes_and_hidden(ws: Path, cli) -> None:
     from jpfs.core.conversation import Conversation
 
@@ -264,6 +300,21 @@ def test_root_id_refuses_everything_outside(ws: Path, cli, tmp_path: Path) -> No
     assert cli("c", "fork", "rx", "--root-id", "r").code == 1
     assert cli("c", "rm", "rx", "--root-id", "r").code == 1
     assert (ws / CONV / "rx").is_dir()
+
+
+def test_every_command_reads_root_id_alike(ws: Path, cli) -> None:
+    # One resolver (jpfs.cli.options): an empty --root-id is an id to check, and so
+    # refused, by blame as by the rest (blame once took it for no --root-id at all).
+    cli("c", "new", "a")
+    for args in (
+        ("tree",), ("cost",), ("log",), ("c", "ls"), ("c", "print", "a"),
+        ("mail", "check", "a"), ("kill", "a"), ("answer", "a", "x"),
+        ("blame", "README.md"),
+    ):  # fmt: skip
+        result = cli(*args, "--root-id", "")
+        assert result.code == 1, args
+        assert "conversation id must not be empty" in result.stderr, args
+    assert cli("blame", "README.md", "--root-id", "a").code == 0
 
 
 def test_use_show_and_gc(ws: Path, cli) -> None:

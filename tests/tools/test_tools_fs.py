@@ -8,7 +8,8 @@ import pytest
 
 from jpfs.core.tool import ToolContext, check_arguments
 from jpfs.errors import ScopeError, ToolError
-from jpfs.tools.fs import FS_TOOLS, path_is_writable
+from jpfs.tools.fs import FS_TOOLS
+from jpfs.tools.fsaccess import path_is_writable
 
 
 def ctx_for(root: Path, writable: Sequence[str] = ()) -> ToolContext:

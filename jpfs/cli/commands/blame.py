@@ -57,13 +57,13 @@ def blame(
 ) -> None:
     """Each line of PATH with the commit and the conversation that wrote it (git blame's
     shape, the conversation in place of the author on lines an agent wrote)."""
-    from jpfs.core import scope
+    from jpfs.cli.options import root_scope
     from jpfs.errors import NotFoundError
     from jpfs.services.views import provenance
 
     span = line_range(lines)
     ws = state.ws()
-    within = scope.resolve(ws.conv_root, root_id) if root_id else None
+    within = root_scope(ws, root_id)
     target = Path(os.path.abspath(path))
     if ".git" in target.parts:
         raise NotFoundError(f"{path}: inside .git, not a file of a work tree")

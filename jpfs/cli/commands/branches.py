@@ -6,9 +6,8 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import scoped
 from jpfs.cli.context import note, out, state
-from jpfs.cli.options import RootId
+from jpfs.cli.options import RootId, scoped
 
 Id = Annotated[str, typer.Argument(metavar="ID", help="A conversation with a branch workspace.")]
 

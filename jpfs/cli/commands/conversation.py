@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from jpfs.cli.context import note, out, out_json, out_table, state
 from jpfs.cli.lazygroup import Commands
-from jpfs.cli.options import Format, RootId
-
-if TYPE_CHECKING:
-    from jpfs.core.workspace import Workspace
-
-
-def subtree(ws: Workspace, conv_id: str | None, root_id: str | None) -> str | None:
-    """The subtree a command shows: ID (within --root-id), --root-id, or all (None)."""
-    from jpfs.core import scope
-
-    if root_id is not None:
-        root_id = scope.resolve(ws.conv_root, root_id)
-        return scope.resolve(ws.conv_root, conv_id, within=root_id) if conv_id else root_id
-    return scope.resolve(ws.conv_root, conv_id) if conv_id is not None else None
-
-
-def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
-    """The id to act on (the active one if omitted), checked against --root-id in the core."""
-    from jpfs.core import scope
-    from jpfs.services.conversations import lifecycle
-
-    if root_id is not None:
-        root_id = scope.resolve(ws.conv_root, root_id)
-    if conv_id is None:
-        conv_id = lifecycle.require_active(ws)
-    return scope.resolve(ws.conv_root, conv_id, within=root_id)
+from jpfs.cli.options import Format, RootId, root_scope, scoped, subtree
 
 
 def new(
@@ -56,9 +31,9 @@ def new(
     from jpfs.services.conversations import lifecycle
 
     ws = state.ws()
-    if root_id is not None:
-        root_id = scope.resolve(ws.conv_root, root_id)
-        parent = scoped(ws, parent, root_id) if parent else root_id
+    within = root_scope(ws, root_id)
+    if within is not None:
+        parent = scope.resolve(ws.conv_root, parent, within=within) if parent else within
     conv = lifecycle.new_conversation(
         ws,
         conv_id,
@@ -81,15 +56,10 @@ def ls(
     root_id: RootId = None,
 ) -> None:
     """List conversations: id (indented by depth with --tree), state, agent, events, title."""
-    from jpfs.core import scope, tree
+    from jpfs.core import tree
 
     ws = state.ws()
-    under = root
-    if root_id is not None:
-        root_id = scope.resolve(ws.conv_root, root_id)
-        under = scoped(ws, root, root_id) if root else root_id
-    elif root is not None:
-        under = scope.resolve(ws.conv_root, root)
+    under = subtree(ws, root, root_id)
     items = tree.listing(ws.conv_root, under, include_hidden=hidden, cache_dir=ws.local_dir)
     if fmt == "json":
         out_json([i.to_json() for i in items])
@@ -157,17 +127,12 @@ def grep(
     """Search conversations, grep-style: one ID:FILE:LINE: text per match (matches
     highlighted on a terminal). Exit 0 when found, 1 when not, 2 on a bad pattern."""
     from jpfs.cli import grepview  # imports jpfs.services.views.search
-    from jpfs.core import scope
     from jpfs.services.views import search
 
     check_grep_flags(files_with_matches, count, context, fmt)
     ws = state.ws()
     only = [scoped(ws, c, root_id) for c in conv_ids or []]
-    under = root
-    if root_id is not None:
-        under = scoped(ws, root, root_id) if root else scope.resolve(ws.conv_root, root_id)
-    elif root is not None:
-        under = scope.resolve(ws.conv_root, root)
+    under = subtree(ws, root, root_id)
     matches = search.grep(
         ws.conv_root,
         pattern,

@@ -6,9 +6,8 @@ from typing import Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import subtree
 from jpfs.cli.context import note, out_json, out_table, state
-from jpfs.cli.options import Format, RootId
+from jpfs.cli.options import Format, RootId, subtree
 
 
 def cost(

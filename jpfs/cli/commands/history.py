@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jpfs.cli.commands.conversation import scoped
 from jpfs.cli.context import note, out, out_json, out_table, state
-from jpfs.cli.options import Format, RootId
+from jpfs.cli.options import Format, RootId, scoped
 
 if TYPE_CHECKING:
     from jpfs.services.views.history import Entry
@@ -30,7 +29,7 @@ def log(
     from jpfs.services.views import history
 
     ws = state.ws()
-    target = scoped(ws, conv_id, root_id) if conv_id or root_id else None
+    target = scoped(ws, conv_id, root_id) if conv_id or root_id is not None else None
     entries = history.log(ws.root, ws.record_branch, target, limit=limit)
     if fmt == "json":
         out_json([e.to_json() for e in entries])

@@ -6,17 +6,14 @@ so these commands return at once; a running daemon may pick them up instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
-from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId
+from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId, scoped
 from jpfs.errors import JpfsError
-
-if TYPE_CHECKING:
-    from jpfs.core.workspace import Workspace
 
 NoStart = Annotated[
     bool, typer.Option("--no-start", help="Only create it; do not run it here (a daemon will).")
@@ -28,13 +25,6 @@ CAPTURE_TEMPLATE = """\
      so far plus this text; {parent}'s own model never sees it. Save and close the
      editor to create and start it; leave it empty to cancel. -->
 """
-
-
-def resolve(ws: Workspace, conv_id: str, root_id: str | None) -> str:
-    from jpfs.core import scope
-
-    within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
-    return scope.resolve(ws.conv_root, conv_id, within=within)
 
 
 def fork(
@@ -56,7 +46,7 @@ def fork(
     ws = state.ws()
     child = control.fork(
         ws,
-        resolve(ws, parent, root_id),
+        scoped(ws, parent, root_id),
         prompt,
         start_run=not no_start,
         detached=True,
@@ -76,7 +66,7 @@ def kill(
     from jpfs.services.run import control
 
     ws = state.ws()
-    killed = control.kill(ws, resolve(ws, conv_id, root_id), cascade=cascade)
+    killed = control.kill(ws, scoped(ws, conv_id, root_id), cascade=cascade)
     for cid in killed:
         out(cid)
     if not killed:
@@ -102,7 +92,7 @@ def capture(
     from jpfs.services.run import control
 
     ws = state.ws()
-    parent = resolve(ws, parent or lifecycle.require_active(ws), root_id)
+    parent = scoped(ws, parent or lifecycle.require_active(ws), root_id)
     task = compose(parent)
     if not task:
         raise JpfsError("empty task: nothing created")
@@ -126,7 +116,7 @@ def retry(
 
     ws = state.ws()
     msg, started = control.retry(
-        ws, resolve(ws, conv_id, root_id), message, start_run=not no_start, detached=True
+        ws, scoped(ws, conv_id, root_id), message, start_run=not no_start, detached=True
     )
     out(msg.id)
     note(f"retrying {conv_id}" + ("; it continues in the background" if started else ""))

@@ -15,18 +15,10 @@ import typer
 
 from jpfs.cli.context import note, out, out_json, out_table, state
 from jpfs.cli.lazygroup import Commands
-from jpfs.cli.options import Format, RootId
+from jpfs.cli.options import Format, RootId, scoped
 
 if TYPE_CHECKING:
-    from jpfs.core.workspace import Workspace
     from jpfs.services.conversations.mail import Message
-
-
-def mailbox(ws: Workspace, conv_id: str, root_id: str | None) -> str:
-    from jpfs.core import scope
-
-    within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
-    return scope.resolve(ws.conv_root, conv_id, within=within)
 
 
 def header(msg: Message) -> dict[str, Any]:
@@ -64,7 +56,7 @@ def send(
     from jpfs.services.run import control
 
     ws = state.ws()
-    to = mailbox(ws, conv_id, root_id)
+    to = scoped(ws, conv_id, root_id)
     text = body if body is not None and body != "-" else sys.stdin.read()
     if not text.strip():
         raise typer.BadParameter("the message body is empty (give BODY or pipe it on stdin)")
@@ -84,7 +76,7 @@ def check(
     from jpfs.services.conversations import mail
 
     ws = state.ws()
-    box = mailbox(ws, conv_id, root_id)
+    box = scoped(ws, conv_id, root_id)
     unread = mail.check(ws, box)
     if fmt == "json":
         out_json(
@@ -109,7 +101,7 @@ def read(
     from jpfs.services.conversations import mail
 
     ws = state.ws()
-    msg = mail.read(ws, mailbox(ws, conv_id, root_id), msg_id)
+    msg = mail.read(ws, scoped(ws, conv_id, root_id), msg_id)
     if fmt == "json":
         out_json({**header(msg), "body": msg.body})
         return
@@ -129,7 +121,7 @@ def delete(
     from jpfs.services.conversations import mail
 
     ws = state.ws()
-    out(mail.delete(ws, mailbox(ws, conv_id, root_id), msg_id).id)
+    out(mail.delete(ws, scoped(ws, conv_id, root_id), msg_id).id)
 
 
 def filter_(
@@ -152,7 +144,7 @@ def filter_(
     ws = state.ws()
     found = mail.select(
         ws,
-        mailbox(ws, conv_id, root_id),
+        scoped(ws, conv_id, root_id),
         sender=sender,
         kind=kind,
         unread=unread,

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from jpfs.cli.context import note, out, out_json, state
-from jpfs.cli.options import Format, RootId
+from jpfs.cli.options import Format, RootId, root_scope
 from jpfs.tools.registry import build_tools
 
 Agents = Annotated[
@@ -37,11 +37,10 @@ def mcp(root_id: RootId = None, agent: Agents = None, tool: Tools = None) -> Non
     created on its first tool call (its id is printed on stderr). Every id the client
     names must be a descendant of it.
     """
-    from jpfs.core import scope
     from jpfs.mcp.caller import allowed_agents, session
 
     ws = state.ws()
-    root = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
+    root = root_scope(ws, root_id)
     caller = session(
         ws,
         allowed_agents(ws, agent or []),

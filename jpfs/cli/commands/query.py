@@ -11,7 +11,7 @@ import typer
 from jpfs.cli.app import runner as make_runner
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
-from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId
+from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId, scoped
 from jpfs.errors import JpfsError, StateError
 
 if TYPE_CHECKING:
@@ -258,14 +258,13 @@ def answer(
     root_id: RootId = None,
 ) -> None:
     """Answer a conversation's open questions (opens $EDITOR when TEXT is absent)."""
-    from jpfs.core import record, scope, tree
+    from jpfs.core import record, tree
     from jpfs.core.conversation import Conversation
     from jpfs.core.state import State
     from jpfs.services.conversations import onboarding
 
     ws = state.ws()
-    within = scope.resolve(ws.conv_root, root_id) if root_id is not None else None
-    conv = Conversation(ws.conv_root, scope.resolve(ws.conv_root, conv_id, within=within))
+    conv = Conversation(ws.conv_root, scoped(ws, conv_id, root_id))
     if tree.state_of(conv) is not State.WAITING:
         raise StateError(f"conversation {conv.id!r} has no open questions ({tree.state_of(conv)})")
     runner = None

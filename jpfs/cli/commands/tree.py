@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jpfs.cli import keys
-from jpfs.cli.commands.conversation import subtree
 from jpfs.cli.context import out, out_json, state, table
-from jpfs.cli.options import Format, RootId
+from jpfs.cli.options import Format, RootId, subtree
 
 if TYPE_CHECKING:
     from jpfs.services.views.status_view import Row

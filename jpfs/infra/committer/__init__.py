@@ -12,6 +12,7 @@ Modules, one job each:
 * :mod:`~jpfs.infra.committer.port`: the interface jpfs uses (``commit``, ``commit_pending``,
   ``close``).
 * :mod:`~jpfs.infra.committer.core`: the :class:`Committer` (snapshots, landing commits).
+* :mod:`~jpfs.infra.committer.settings`: what it takes from git's config (identity, index format).
 * :mod:`~jpfs.infra.committer.reference`: the same contract on git's plumbing commands,
   slow and plain; the tests hold the fast one against it.
 * :mod:`~jpfs.infra.committer.batch`: group commit of concurrent ``commit()`` calls.
@@ -22,6 +23,7 @@ Modules, one job each:
 * :mod:`~jpfs.infra.committer.refs`: reading refs, moving a ref by compare-and-swap, reflogs.
 * :mod:`~jpfs.infra.committer.lockfile`: git lock files that a crash never leaves blocking.
 * :mod:`~jpfs.infra.committer.userindex`: keeping the worktree's index in step (and healing it).
+* :mod:`~jpfs.infra.committer.indexport`: the index as it is kept in step (two codecs).
 * :mod:`~jpfs.infra.committer.indexfile`: the index file codec.
 * :mod:`~jpfs.infra.committer.cachetree`: the index's cache-tree extension.
 * :mod:`~jpfs.infra.committer.maintenance`: background ``git gc``/repack and debris sweeps.

@@ -21,8 +21,7 @@ jpfs: the record worktree's, never the user's) is synced
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pygit2
@@ -35,9 +34,9 @@ from jpfs.errors import (
     RepositoryFault,
     ScopeError,
 )
-from jpfs.infra.committer import splitindex
+from jpfs.infra.committer import settings
 from jpfs.infra.committer.batch import GroupCommit, Pending
-from jpfs.infra.committer.change import Change, Identity
+from jpfs.infra.committer.change import Change
 from jpfs.infra.committer.failures import translate
 from jpfs.infra.committer.lockfile import LockFile, acquire
 from jpfs.infra.committer.maintenance import Maintenance
@@ -45,20 +44,16 @@ from jpfs.infra.committer.objects import Objects, write_pack
 from jpfs.infra.committer.plan import Plan, Planner
 from jpfs.infra.committer.port import PENDING_SUBJECT, PENDING_TRAILERS
 from jpfs.infra.committer.refs import Refs
-from jpfs.infra.committer.splitindex import SplitPolicy
 from jpfs.infra.committer.trees import TreeCache, TreeView
 from jpfs.infra.committer.userindex import UserIndex
 from jpfs.infra.committer.worktree import Blob, Dir, Worktree, check_path, refuse_links
 from jpfs.infra.git.dirs import common_dir
-from jpfs.infra.git.identity import FALLBACK_EMAIL, FALLBACK_NAME
 from jpfs.infra.textfile import create_new
 
 _MAX_CAS_ATTEMPTS = 64
 _TIPS_MAX = 256
 _REPACK_EVERY = 25  # packfiles written between two geometric repacks
 _HEAL = Change((), "jpfs: heal the index")
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
 
 
 class Committer:
@@ -103,21 +98,21 @@ class Committer:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise GitError(f"cannot create {directory}: {exc.strerror}") from exc
-        self._read_config()
+        self._settings = settings.read(self._repo, self._root)
 
         self._group = GroupCommit(self._run_batch, self._reopen)
-        self._worktree = Worktree(self._root, self._filemode)
+        self._worktree = Worktree(self._root, self._settings.filemode)
         self._trees = TreeCache()
         self._tips: dict[str, bytes] = {}  # commit -> its tree, for the tips we saw
-        self._planner = Planner(self._worktree, self._trees, self._identity)
+        self._planner = Planner(self._worktree, self._trees, self._settings.signature)
         self._refs = Refs(
             self._gitdir,
             self._commondir,
             self._owners,
             lock_timeout=ref_lock_timeout,
             fsync=fsync,
-            log_all=self._log_all,
-            committer=lambda: self._identity("COMMITTER", None),
+            log_all=self._settings.log_all,
+            committer=lambda: self._settings.signature("COMMITTER", None),
         )
         self._index = UserIndex(
             self._root,
@@ -125,8 +120,8 @@ class Committer:
             private,
             self._owners,
             fsync=fsync,
-            skip_hash=self._skip_hash,
-            split=self._split,
+            skip_hash=self._settings.skip_hash,
+            split=self._settings.split,
             head_tree=self._head_tree,
             request_heal=lambda: self._group.submit(Pending(_HEAL, (), heal=True)),
         )
@@ -192,38 +187,6 @@ class Committer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- configuration ----------------------------------------------------------------
-
-    def _read_config(self) -> None:
-        try:
-            config = self._repo.config.snapshot()
-        except pygit2.GitError as exc:
-            raise GitError(f"cannot read git config of {self._root}: {exc}") from exc
-
-        def get(key: str) -> str | None:
-            try:
-                return str(config[key])
-            except (KeyError, pygit2.GitError):
-                return None
-
-        self._config_name = get("user.name")
-        self._config_email = get("user.email")
-        logall = (get("core.logAllRefUpdates") or "true").lower()
-        self._log_all = logall in ("true", "yes", "on", "1", "always")
-        self._filemode = (get("core.fileMode") or "true").lower() not in ("false", "no", "off", "0")
-        # git >= 2.40 writes (and accepts) a null index checksum when asked to: at 100k
-        # entries that saves ~5 ms of SHA-1 per index write.
-        self._skip_hash = (get("index.skipHash") or "").lower() in ("true", "yes", "on", "1")
-        self._split = _split_policy(get)
-
-    def _identity(self, kind: str, override: Identity | None) -> pygit2.Signature:
-        if override is not None:
-            name, email = override.name, override.email
-        else:
-            name = os.environ.get(f"GIT_{kind}_NAME") or self._config_name or FALLBACK_NAME
-            email = os.environ.get(f"GIT_{kind}_EMAIL") or self._config_email or FALLBACK_EMAIL
-        return pygit2.Signature(name, email, int(time.time()), _local_offset_minutes())
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -409,26 +372,3 @@ def _normalize_owned(prefix: str) -> str:
     if not path or any(part in ("", ".", "..") for part in path.split("/")):
         raise ValueError(f"invalid owned prefix {prefix!r}")
     return path
-
-
-def _split_policy(get: Callable[[str], str | None]) -> SplitPolicy:
-    """git's split-index settings (``git help config``); a value git would reject is
-    taken as unset, as jpfs only ever writes an index git then reads."""
-    flag = (get("core.splitIndex") or "").lower()
-    enabled = True if flag in _TRUE else False if flag in _FALSE else None
-    setting = get("splitIndex.maxPercentChange")
-    try:
-        percent = int(setting or 20)
-    except ValueError:
-        setting, percent = None, 20
-    return SplitPolicy(
-        enabled=enabled,
-        max_percent=min(max(percent, 0), 100),
-        clean=get("splitIndex.sharedIndexExpire") is None,
-        # Unset: git's 20%, and a new base from MAX_CHANGES on (see splitindex).
-        max_changes=splitindex.MAX_CHANGES if setting is None else None,
-    )
-
-
-def _local_offset_minutes() -> int:
-    return -(time.altzone if time.localtime().tm_isdst > 0 else time.timezone) // 60

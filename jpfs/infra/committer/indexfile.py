@@ -35,41 +35,12 @@ from jpfs.infra.committer.indexentries import (
     key_of,
     parse_entries,
 )
+from jpfs.infra.committer.indexport import IndexFile
 from jpfs.infra.committer.splitindex import NO_SPLIT, SplitCorrupt, SplitPolicy, SplitState
 
-__all__ = ["MASK32", "FastIndex", "IndexFile", "IndexUnsupported", "IndexVersion4"]
+__all__ = ["MASK32", "FastIndex", "IndexUnsupported", "IndexVersion4"]
 
 MASK32 = 0xFFFFFFFF
-
-
-class IndexFile:
-    """The operations the committer needs on its work tree's index."""
-
-    stamp: tuple[int, int, int, int] | None = None
-    foreign = False  # last written by someone else (not by this committer)
-
-    def get(self, path: bytes) -> tuple[bytes, int] | None:
-        """(oid, mode) of the stage-0 entry, or None if absent or conflicted."""
-        raise NotImplementedError
-
-    def set(self, path: bytes, oid: bytes, mode: int, st: os.stat_result | None) -> None:
-        raise NotImplementedError
-
-    def remove(self, path: bytes) -> bool:
-        raise NotImplementedError
-
-    def save(
-        self,
-        index_path: Path,
-        tmp_dir: Path,
-        racy_modified: Callable[[bytes, bytes], bool],
-        *,
-        fsync: bool,
-        skip_hash: bool,
-        split: SplitPolicy = NO_SPLIT,
-    ) -> None:
-        """Replace the index file (whose lock the caller holds) with this content."""
-        raise NotImplementedError
 
 
 class _Chunk:

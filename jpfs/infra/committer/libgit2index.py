@@ -16,7 +16,8 @@ from pathlib import Path
 import pygit2
 
 from jpfs.infra.committer.fileio import file_stamp
-from jpfs.infra.committer.indexfile import IndexFile, IndexUnsupported
+from jpfs.infra.committer.indexentries import IndexUnsupported
+from jpfs.infra.committer.indexport import IndexFile
 from jpfs.infra.committer.splitindex import NO_SPLIT, SplitPolicy
 
 

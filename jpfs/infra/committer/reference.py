@@ -29,6 +29,7 @@ from jpfs.infra.committer.lockfile import acquire
 from jpfs.infra.committer.port import PENDING_SUBJECT, PENDING_TRAILERS, CommitterPort
 from jpfs.infra.committer.worktree import check_path
 from jpfs.infra.git import runner as git
+from jpfs.infra.git.identity import FALLBACK_EMAIL, FALLBACK_NAME
 from jpfs.infra.textfile import create_new
 
 _ZERO = "0" * 40
@@ -217,9 +218,9 @@ class ReferenceCommitter:
     def _identity(self, kind: str, override: Identity | None) -> tuple[str, str]:
         if override is not None:
             return override.name, override.email
-        name = os.environ.get(f"GIT_{kind}_NAME") or self._config("user.name") or "jpfs"
+        name = os.environ.get(f"GIT_{kind}_NAME") or self._config("user.name") or FALLBACK_NAME
         email = os.environ.get(f"GIT_{kind}_EMAIL") or self._config("user.email")
-        return name, email or "jpfs@localhost"
+        return name, email or FALLBACK_EMAIL
 
     def _sync_index(self, commit: str | None, paths: tuple[str, ...]) -> None:
         """Give the work tree's index ``commit``'s entries at ``paths`` (before the
@@ -271,7 +272,7 @@ class ReferenceCommitter:
     ) -> bytes:
         result = self._run(args, env, stdin, cwd)
         if check and result.returncode != 0:
-            raise GitError(f"git {args[0]} failed: {result.stderr.decode(errors='replace')}")
+            raise git.failure(args, result.returncode, result.stderr)
         return result.stdout
 
     def _run(

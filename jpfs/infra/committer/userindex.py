@@ -52,10 +52,10 @@ from jpfs.infra.committer.fileio import file_stamp
 from jpfs.infra.committer.indexfile import (
     MASK32,
     FastIndex,
-    IndexFile,
     IndexUnsupported,
     IndexVersion4,
 )
+from jpfs.infra.committer.indexport import IndexFile
 from jpfs.infra.committer.libgit2index import Libgit2Index
 from jpfs.infra.committer.lockfile import acquire
 from jpfs.infra.committer.splitindex import SplitPolicy

@@ -115,8 +115,8 @@ def push(repo: Path, remote: str, updates: Sequence[Update], *, atomic: bool = T
     proc = runner.run(repo, [*args, remote, *specs], check=False, env=_env())
     refs = _parse_porcelain(proc.stdout)
     if proc.returncode != 0 and not refs:
-        err = (proc.stderr or proc.stdout).strip().splitlines()
-        raise GitError(f"git push to {remote} failed: {err[-1] if err else proc.returncode}")
+        said = runner.complaint(proc.stderr or proc.stdout) or f"exit status {proc.returncode}"
+        raise GitError(f"git push to {remote} failed: {said}")
     ok = proc.returncode == 0 and all(flag != "!" for flag, _ in refs.values())
     return PushResult(ok, refs, proc.stderr.strip())
 

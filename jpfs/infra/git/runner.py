@@ -43,7 +43,7 @@ def run(
     except OSError as exc:
         raise _not_started(cwd, args, exc) from exc
     if check and proc.returncode not in ok:
-        raise _failed(args, proc.returncode, proc.stderr or proc.stdout)
+        raise failure(args, proc.returncode, proc.stderr or proc.stdout)
     return proc
 
 
@@ -73,20 +73,43 @@ def run_bytes(
     except subprocess.TimeoutExpired as exc:
         raise GitError(f"git {args[0]} took longer than {timeout:g}s") from exc
     if check and proc.returncode != 0:
-        raise _failed(args, proc.returncode, os.fsdecode(proc.stderr or proc.stdout))
+        raise failure(args, proc.returncode, proc.stderr or proc.stdout)
     return proc
 
 
-def _failed(args: Sequence[str], status: int, said: str) -> GitError:
-    err = said.strip().splitlines()
-    tail = err[-1] if err else f"exit status {status}"
-    tail = tail.removeprefix("fatal: ").removeprefix("error: ")
-    return GitError(f"git {args[0]} failed: {tail}")
+def failure(args: Sequence[str], status: int, said: str | bytes) -> GitError:
+    """The :class:`GitError` for git ``args`` that exited with ``status`` having said
+    ``said`` (its stderr, else its stdout): the one wording of a failed git command, for
+    callers that run git unchecked to look at what it said first."""
+    return GitError(f"git {_command(args)} failed: {complaint(said) or f'exit status {status}'}")
+
+
+def complaint(said: str | bytes, *, first: bool = False) -> str:
+    """git's last line of complaint in ``said`` (or its ``first``), without the
+    ``fatal:`` / ``error:`` git tags it with; "" when git said nothing."""
+    text = os.fsdecode(said) if isinstance(said, bytes) else said
+    lines = text.strip().splitlines()
+    if not lines:
+        return ""
+    return lines[0 if first else -1].removeprefix("fatal: ").removeprefix("error: ")
+
+
+def _command(args: Sequence[str]) -> str:
+    """The git command ``args`` run, past the ``-c key=value`` settings before it."""
+    at = 0
+    while at + 1 < len(args) and args[at] == "-c":
+        at += 2
+    return args[at] if at < len(args) else ""
 
 
 # Callers read git's messages (a busy index.lock, the paths a checkout would overwrite)
 # and pass them on in errors: the C locale keeps them the same whatever the user's.
 _MESSAGES_IN_ENGLISH = {"LC_ALL": "C", "LANGUAGE": "C"}
+# :func:`start` runs searches: ``git grep -P`` reads patterns in the character set of
+# LC_ALL / LC_CTYPE (its UTF-8 mode, what ``.`` and ``-i`` match), which must stay the
+# user's, so only the messages are set: LANGUAGE=C outranks every locale variable for
+# them (GNU gettext), LC_MESSAGES=C serves a gettext that reads no LANGUAGE.
+_ONLY_MESSAGES_IN_ENGLISH = {"LANGUAGE": "C", "LC_MESSAGES": "C"}
 
 
 def _not_started(cwd: Path, args: Sequence[str], exc: OSError) -> GitError:
@@ -100,14 +123,16 @@ def output(cwd: Path, *args: str) -> str:
     return run(cwd, args).stdout.strip()
 
 
-def start(cwd: Path, args: Sequence[str], *, english: bool = False) -> subprocess.Popen[bytes]:
+def start(cwd: Path, args: Sequence[str]) -> subprocess.Popen[bytes]:
     """git ``args`` running beside the caller, its output piped as bytes; end it with
-    ``communicate`` and :func:`stop`. ``english``: git's messages in English, as
-    :func:`run`'s are (not by default: git grep matches by the user's locale)."""
-    env = {**os.environ, **_MESSAGES_IN_ENGLISH} if english else None
+    ``communicate`` and :func:`stop` (a failure: :func:`failure`)."""
     try:
         return subprocess.Popen(
-            ["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+            ["git", *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **_ONLY_MESSAGES_IN_ENGLISH},
         )
     except OSError as exc:
         raise _not_started(cwd, args, exc) from exc

@@ -336,7 +336,7 @@ def _finish(proc: subprocess.Popen[bytes]) -> list[str]:
     except subprocess.TimeoutExpired as exc:
         raise GitError(f"git ls-files took over {TIMEOUT:.0f} s") from exc
     if proc.returncode != 0:
-        raise GitError(f"git ls-files failed: {err.decode(errors='replace').strip()}")
+        raise runner.failure(["ls-files"], proc.returncode, err)
     return [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
 
 

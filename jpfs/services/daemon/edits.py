@@ -18,15 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import pygit2
-
 from jpfs.core import ids, record
 from jpfs.core.conversation import ANSWERS
 from jpfs.core.scope import TASK
 from jpfs.core.workspace import Workspace
-from jpfs.errors import GitError, IdError, JpfsError, RepositoryFault
+from jpfs.errors import GitError, IdError, JpfsError
 from jpfs.infra import git
 from jpfs.infra.committer import Change
+from jpfs.infra.git.objects import Tip, blob_id
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -65,14 +64,14 @@ def agent_written(inner: str) -> bool:
     return first in AGENT_WRITTEN_DIRS or inner in AGENT_WRITTEN_FILES
 
 
-def blob_id(path: Path) -> tuple[str, int] | None:
+def file_id(path: Path) -> tuple[str, int] | None:
     """(git blob id, mode) of a working-tree file; None when missing or not a file."""
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     if stat.S_ISLNK(st.st_mode):
-        return str(pygit2.hash(os.fsencode(os.readlink(path)))), 0o120000
+        return blob_id(os.fsencode(os.readlink(path))), 0o120000
     if not stat.S_ISREG(st.st_mode):
         return None
     try:
@@ -80,78 +79,7 @@ def blob_id(path: Path) -> tuple[str, int] | None:
     except (FileNotFoundError, IsADirectoryError):
         return None
     mode = 0o100755 if st.st_mode & stat.S_IXUSR else 0o100644
-    return str(pygit2.hash(data)), mode
-
-
-class Head:
-    """Read-only view of the record tip's tree (``root`` is the record worktree); one per
-    thread (pygit2 handles are not shared)."""
-
-    def __init__(self, root: Path) -> None:
-        self.repo = pygit2.Repository(str(root))
-        self._tip: str | None = None
-        self._tree: pygit2.Tree | None = None
-
-    def refresh(self) -> str | None:
-        try:
-            commit = self.repo.revparse_single("HEAD")
-        except KeyError:  # an unborn branch: nothing committed yet
-            self._tip, self._tree = None, None
-            return None
-        except pygit2.GitError as exc:
-            raise RepositoryFault(
-                f"the record's tip cannot be read ({exc}): run `git fsck`"
-            ) from exc
-        tip = str(commit.id)
-        if tip != self._tip:
-            head = commit.peel(pygit2.Commit)
-            try:
-                tree = head.tree
-            except pygit2.GitError as exc:
-                raise RepositoryFault(
-                    f"tree {head.tree_id} of the record's tip {tip} cannot be read ({exc}):"
-                    " run `git fsck`"
-                ) from exc
-            self._tip, self._tree = tip, tree
-        return tip
-
-    def entry(self, rel: str) -> tuple[str, int] | None:
-        if self._tree is None:
-            return None
-        try:
-            obj = self._tree[rel]
-        except KeyError:
-            return None
-        if obj.type == pygit2.GIT_OBJECT_TREE:
-            return None
-        return str(obj.id), int(obj.filemode)
-
-    def files_under(self, rel: str) -> list[str]:
-        if self._tree is None:
-            return []
-        try:
-            node = self._tree[rel]
-        except KeyError:
-            return []
-        if node.type != pygit2.GIT_OBJECT_TREE:
-            return []
-        out: list[str] = []
-        stack: list[tuple[str, pygit2.Tree]] = [(rel, node.peel(pygit2.Tree))]
-        while stack:
-            prefix, tree = stack.pop()
-            for item in tree:
-                path = f"{prefix}/{item.name}"
-                if item.type == pygit2.GIT_OBJECT_TREE:
-                    stack.append((path, item.peel(pygit2.Tree)))
-                else:
-                    out.append(path)
-        return out
-
-    def ignored(self, rel: str) -> bool:
-        try:
-            return bool(self.repo.path_is_ignored(rel))
-        except pygit2.GitError:
-            return False
+    return blob_id(data), mode
 
 
 @dataclass
@@ -162,10 +90,10 @@ class Dirty:
     paths: list[str]
 
 
-def differs(ws: Workspace, head: Head, rel: str) -> bool:
+def differs(ws: Workspace, head: Tip, rel: str) -> bool:
     """Whether conversation-root-relative file ``rel`` differs from the record's tip
     (untracked counts)."""
-    now = blob_id(ws.conv_root / rel)
+    now = file_id(ws.conv_root / rel)
     old = head.entry(rel)
     if now is None:
         return old is not None
@@ -174,7 +102,7 @@ def differs(ws: Workspace, head: Head, rel: str) -> bool:
     return now != old
 
 
-def expand(ws: Workspace, head: Head, rel: str) -> list[str]:
+def expand(ws: Workspace, head: Tip, rel: str) -> list[str]:
     """``rel`` itself, or for a directory every file in it or in HEAD under it."""
     full = ws.conv_root / rel
     if not full.is_dir() or full.is_symlink():
@@ -213,7 +141,7 @@ def commit_edits(ws: Workspace, conv_id: str, rels: list[str]) -> str | None:
 
 def dirty(
     ws: Workspace,
-    head: Head,
+    head: Tip,
     paths: set[str],
     on_error: Callable[[str], None] = lambda _: None,
 ) -> dict[str, list[str]]:

@@ -37,6 +37,7 @@ from jpfs.core.scope import CONVERSATION_TOML, TASK
 from jpfs.core.workspace import Workspace
 from jpfs.errors import IdError, JpfsError, LockError, RepositoryFault
 from jpfs.infra.committer import Change
+from jpfs.infra.git.objects import Tip
 from jpfs.services.daemon import actions, edits
 from jpfs.services.daemon.actions import Need
 from jpfs.services.daemon.pool import Pool
@@ -95,7 +96,7 @@ class Reconciler:
         self.backoff: dict[str, float] = {}  # locked elsewhere: seconds until the next look
         self.fault_wait: dict[str, float] = {}  # repository fault: seconds until the next look
         self.seen = Seen()  # id -> (signature, need) at the last look
-        self.head: edits.Head | None = None
+        self.head: Tip | None = None
         # Peers share the record (sync.remote): adopting and recording an error are
         # claimed like a run, so they happen in the pool, under the conversation's lease.
         self.shared = False
@@ -121,7 +122,7 @@ class Reconciler:
     def start(self, stop: threading.Event | None = None) -> None:
         """Look at every conversation that changed since the last daemon saw it (every
         one on a first start); ``stop`` cuts it short."""
-        self.head = edits.Head(self.ws.conv_root)
+        self.head = Tip(self.ws.conv_root)
         self.scan(full=not self.seen.load(self.ws.local_dir), stop=stop)
 
     def close(self) -> None:

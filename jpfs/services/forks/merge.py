@@ -229,8 +229,7 @@ def _switch(root: Path, old: str, new: str, label: str) -> None:
             continue
         paths = sorted(set(_QUOTED.findall(err)))
         if not paths or "index.lock" in err:
-            tail = err.strip().splitlines()[-1] if err.strip() else "read-tree failed"
-            raise GitError(f"{label}: {tail.removeprefix('fatal: ').removeprefix('error: ')}")
+            raise GitError(f"{label}: {git.complaint(err) or 'read-tree failed'}")
         raise MergeConflict(
             f"{label} would overwrite uncommitted changes in {_paths(paths)};"
             " nothing was changed. Commit or stash them, then retry",

@@ -26,10 +26,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import pygit2
-
 from jpfs.core import ids
-from jpfs.infra.git import identity
+from jpfs.infra.git import objects
 
 LEASE_NS = "refs/jpfs/leases/"
 
@@ -92,7 +90,7 @@ class LeaseBook:
         self._held: dict[str, Lease] = {}
         self._seen: dict[str, Observed] = {}
         self._seq = 0
-        self._repo: pygit2.Repository | None = None
+        self._store: objects.Store | None = None
         self._root: str | None = None
         self.forfeited: set[str] = set()
 
@@ -193,22 +191,18 @@ class LeaseBook:
             return self._root_locked()
 
     def _root_locked(self) -> str:
-        if self._repo is None:
-            self._repo = pygit2.Repository(str(self.repo))
+        if self._store is None:
+            self._store = objects.Store(self.repo)
         if self._root is None:
-            epoch = pygit2.Signature(identity.FALLBACK_NAME, identity.FALLBACK_EMAIL, 0, 0)
-            tree = self._repo.TreeBuilder().write()
-            self._root = str(self._repo.create_commit(None, epoch, epoch, LEASE_ROOT, tree, []))
+            self._root = self._store.empty_commit(LEASE_ROOT, [], epoch=True)
         return self._root
 
     def _commit(self, message: str) -> str:
         # In process (no git process per lease: a push renews every lease held).
         with self._lock:
             root = self._root_locked()
-            assert self._repo is not None
-            signature = pygit2.Signature(identity.FALLBACK_NAME, identity.FALLBACK_EMAIL)
-            tree = self._repo.TreeBuilder().write()
-            return str(self._repo.create_commit(None, signature, signature, message, tree, [root]))
+            assert self._store is not None
+            return self._store.empty_commit(message, [root])
 
     def taken(self, conv_id: str, oid: str, seq: int, previous: Observed | None = None) -> None:
         now = time.monotonic()

@@ -134,17 +134,16 @@ def _checkout(worktree: Path, ours: str, new: str) -> str:
         proc = git.run(worktree, args, check=False)
     if proc.returncode == 0:
         return ""
-    lines = (proc.stderr or proc.stdout).strip().splitlines()
-    return lines[0].removeprefix("error: ").removeprefix("fatal: ") if lines else "read-tree"
+    # Its first line: read-tree's last ones are advice ("Aborting", "remove the file
+    # manually to continue"), not the reason the engine reports.
+    return git.complaint(proc.stderr or proc.stdout, first=True) or "read-tree"
 
 
 def _merge_trees(
     repo: Path, ours: str, theirs: str, remote: str, forfeit: Sequence[str]
 ) -> tuple[str, list[str]]:
     args = ["merge-tree", "--write-tree", "--allow-unrelated-histories", "--name-only"]
-    proc = git.run(repo, [*args, "--no-messages", "-z", ours, theirs], check=False, ok=(0, 1))
-    if proc.returncode not in (0, 1):
-        raise GitError(f"git merge-tree failed: {proc.stderr.strip()}")
+    proc = git.run(repo, [*args, "--no-messages", "-z", ours, theirs], ok=(0, 1))
     tree, *rest = proc.stdout.split("\0")
     conflicted = sorted({p for p in rest if p})
     if not conflicted and not forfeit:

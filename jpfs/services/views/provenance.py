@@ -18,6 +18,7 @@ squash merge's message quotes the squashed commits' messages indented, trailers 
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import tomllib
@@ -111,18 +112,14 @@ def blame_rows(
     if rev:
         args.append(commit_of(cwd, rev))  # an id, never a word git could take for an option
     args += ["--", path]
-    proc = git.start(cwd, args, english=True)
+    proc = git.start(cwd, args)
     try:
-        from jpfs.infra.git import refs  # noqa: F401  (loaded now, used by read_record)
-
+        importlib.import_module("jpfs.infra.git.refs")  # loaded now, used by read_record
         out, err = proc.communicate()
     finally:
         git.stop([proc])
     if proc.returncode != 0:
-        said = err.decode("utf-8", "replace").strip().splitlines()
-        raise GitError(
-            f"git blame {path}: {said[-1].removeprefix('fatal: ') if said else 'failed'}"
-        )
+        raise GitError(f"git blame {path}: {git.complaint(err) or 'failed'}")
     commits: dict[str, dict[str, str]] = {}
     rows: list[Line] = []
     sha, number = "", 0

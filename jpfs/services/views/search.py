@@ -27,7 +27,7 @@ from typing import Any
 
 from jpfs.core import ids
 from jpfs.core.scope import CONVERSATION_TOML
-from jpfs.errors import FormatError, GitError, PatternError
+from jpfs.errors import FormatError, PatternError
 from jpfs.infra import git, textfile
 from jpfs.infra.git import untracked
 
@@ -220,8 +220,8 @@ def _matches(proc: subprocess.Popen[bytes], pattern: str) -> bytes:
     if proc.returncode == 1:
         return b""
     if proc.returncode != 0:
-        text = err.decode(errors="replace").strip()
+        text = err.decode(errors="replace")
         if "pattern" in text or "regex" in text or "parenthes" in text:
-            raise PatternError(f"bad pattern {pattern!r}: {text.removeprefix('fatal: ')}")
-        raise GitError(f"git grep failed: {text}")
+            raise PatternError(f"bad pattern {pattern!r}: {git.complaint(text)}")
+        raise git.failure(["grep"], proc.returncode, err)
     return out

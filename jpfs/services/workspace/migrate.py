@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pygit2
-
 from jpfs.core.workspace import Workspace
-from jpfs.errors import StateError, WorkspaceError
+from jpfs.errors import StateError
 from jpfs.infra import git
+from jpfs.infra.git import objects, refs
 
 
 @dataclass(frozen=True)
@@ -29,44 +28,31 @@ class Migration:
 
 def migrate(ws: Workspace) -> Migration:
     rel, branch = ws.conv_root_rel, ws.record_branch
-    try:
-        repo = pygit2.Repository(str(ws.root))
-    except pygit2.GitError as exc:
-        raise WorkspaceError(f"{ws.root} is not a git repository") from exc
-    if repo.references.get(f"refs/heads/{branch}") is not None:
+    store = objects.Store(ws.root)
+    if refs.resolve(ws.root, f"refs/heads/{branch}") is not None:
         raise StateError(
             f"branch {branch} exists already; the conversations were migrated"
             f" (or delete that branch to migrate again)"
         )
-    try:
-        head = repo.head.peel(pygit2.Commit)
-    except (pygit2.GitError, KeyError) as exc:
-        raise StateError("your branch has no commit yet: there is nothing to migrate") from exc
-    chain = [head]
-    while chain[-1].parents:
-        chain.append(chain[-1].parents[0])
-    parent: pygit2.Oid | None = None
-    previous: pygit2.Oid | None = None
+    chain = store.first_parents()
+    if chain is None:
+        raise StateError("your branch has no commit yet: there is nothing to migrate")
+    parent: str | None = None
+    previous: str | None = None
     count = 0
-    for commit in reversed(chain):
-        try:
-            entry = commit.tree[rel]
-        except KeyError:
+    for commit in chain:
+        tree = store.subtree(commit, rel)
+        if tree is None or tree == previous:
             continue
-        if entry.type != pygit2.GIT_OBJECT_TREE or entry.id == previous:
-            continue
-        parent = repo.create_commit(
-            None, commit.author, commit.committer, commit.message, entry.id,
-            [parent] if parent is not None else [],
-        )  # fmt: skip
-        previous, count = entry.id, count + 1
+        parent = store.copy_commit(commit, tree, parent)
+        previous, count = tree, count + 1
     if parent is None:
         raise StateError(f"{rel}/ is not tracked on your branch: there is nothing to migrate")
-    repo.references.create(f"refs/heads/{branch}", parent)
+    store.create_branch(branch, parent)
     git.run(ws.root, ["rm", "-r", "-q", "--cached", "--", rel])
     from jpfs.services.workspace.bootstrap import IGNORE_LINE, add_ignore_lines
 
     if add_ignore_lines(ws.root, [IGNORE_LINE, f"/{rel}/"]):
         git.run(ws.root, ["add", "--", ".gitignore"])
     ws.ensure_record()
-    return Migration(branch, count, str(parent))
+    return Migration(branch, count, parent)
