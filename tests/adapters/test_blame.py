@@ -59,8 +59,8 @@ def project(ws: Path) -> Path:
     (ws / "shared.txt").write_text("line1\nline2\nline3\n", encoding="utf-8")
     git(ws, "add", "shared.txt")
     git(ws, "commit", "-q", "-m", "add shared.txt")
-    write_profile(ws, "impl", IMPL)
-    write_profile(ws, "lead", LEAD)
+    write_profile(ws, "impl", IMPL, allowed=True)
+    write_profile(ws, "lead", LEAD, allowed=True)
     return ws
 
 
