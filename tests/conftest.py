@@ -54,7 +54,7 @@ def _isolated_git(
     for key, value in IDENTITY.items():
         monkeypatch.setenv(key, value)
     for key in list(os.environ):
-        if key.startswith(("JPFS_", "ANTHROPIC_")):
+        if key.startswith(("JPFS_", "ANTHROPIC_", "OPENAI_")):
             monkeypatch.delenv(key)
     monkeypatch.setenv("NO_COLOR", "1")
 
