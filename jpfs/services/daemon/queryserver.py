@@ -94,8 +94,13 @@ def parse(line: bytes) -> dict[str, Any]:
 def used_providers(ws: Workspace) -> list[str]:
     """The providers of the profiles in ``agents.allowed`` and, down the tree, of the
     agents each may call: what a handed-over query may run. A profile named nowhere
-    (the shipped openai examples, until allowed) is not one of them."""
-    from jpfs.services.conversations import lifecycle
+    (the shipped openai examples, until allowed) is not one of them.
+
+    Read as they are (the branch's copy, else the kept one), not through the policy's
+    loader: a warm-up must not keep copies or leave notes in ``jpfs daemon status``
+    (a note is cleared only by a run of that profile, which may never come)."""
+    from jpfs.core import profiles
+    from jpfs.services.workspace import policy
 
     kinds: dict[str, None] = {}
     seen: set[str] = set()
@@ -105,12 +110,14 @@ def used_providers(ws: Workspace) -> list[str]:
         if name in seen:
             continue
         seen.add(name)
-        try:
-            config = lifecycle.agent_config(ws, name)
-        except JpfsError:
-            continue  # a broken profile: its runs say so
-        kinds[str(config.get("provider", "anthropic"))] = None
-        todo.extend(str(a) for a in config.get("tools", {}).get("agents", []))
+        for where in (ws.agents_dir, policy.kept_agents(ws)):
+            try:
+                config = profiles.load(where, name).config
+            except (OSError, JpfsError):
+                continue  # missing or broken here: its runs say so
+            kinds[str(config.get("provider", "anthropic"))] = None
+            todo.extend(str(a) for a in config.get("tools", {}).get("agents", []))
+            break
     return list(kinds)
 
 
