@@ -109,6 +109,19 @@ def chat_error(
     return Response(status=status, body=body, headers=headers)
 
 
+def chat_malformed(kind: str) -> Response:
+    """A broken success, as :func:`tests.messages_server.malformed_reply` for Chat
+    Completions: ``"json"`` (invalid JSON), ``"shape"`` (JSON, but not a completion),
+    ``"html"`` (a proxy's error page with a text/html content type)."""
+    if kind == "json":
+        return Response(body=b'{"object": "chat.completion", "choices": [')
+    if kind == "shape":
+        return Response(body={"object": "chat.completion", "choices": "not a list"})
+    if kind == "html":
+        return Response(body=b"<html>oops</html>", content_type="text/html")
+    raise ValueError(f"unknown malformed kind {kind!r}")
+
+
 def sse_chunks(completion: JsonDict, include_usage: bool) -> bytes:
     """A completion as Chat Completions streams it: the text in two pieces, each tool
     call's arguments in two pieces, the finish reason, the usage chunk, ``[DONE]``."""

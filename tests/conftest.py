@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +54,7 @@ def _isolated_git(
     for key, value in IDENTITY.items():
         monkeypatch.setenv(key, value)
     for key in list(os.environ):
-        if key.startswith(("JPFS_", "ANTHROPIC_")):
+        if key.startswith(("JPFS_", "ANTHROPIC_", "OPENAI_")):
             monkeypatch.delenv(key)
     monkeypatch.setenv("NO_COLOR", "1")
 
@@ -228,11 +230,26 @@ def no_thread_leak() -> Iterator[None]:
     )
 
 
-def write_profile(ws: Path, name: str, text: str) -> Path:
-    """Add an agent profile to a test workspace (committed like a user would)."""
+def write_profile(ws: Path, name: str, text: str, *, allowed: bool = False) -> Path:
+    """Add an agent profile to a test workspace. ``allowed``: name it in
+    ``agents.allowed`` too, as a user must for the CLI or the library to start it at the
+    top level (a profile only other agents start needs not be)."""
     path = ws / ".jpfs" / "agents" / f"{name}.toml"
     path.write_text(text, encoding="utf-8")
+    if allowed:
+        allow_agents(ws, name)
     return path
+
+
+def allow_agents(ws: Path, *names: str) -> None:
+    """Add ``names`` to the workspace's ``agents.allowed`` (its file, as ``jpfs config
+    set`` would), keeping the profiles already there."""
+    from jpfs.core.config import SCHEMA, set_in_file
+
+    config = ws / ".jpfs" / "config.toml"
+    table = tomllib.loads(config.read_text(encoding="utf-8")).get("agents", {})
+    current = [str(n) for n in table.get("allowed", SCHEMA["agents.allowed"].default)]
+    set_in_file(config, "agents.allowed", json.dumps(list(dict.fromkeys([*current, *names]))))
 
 
 def use_only_agent(ws: Path, name: str, text: str) -> None:

@@ -41,7 +41,7 @@ SCHEMA: dict[str, Key] = {
     "agents.allowed": Key(
         list,
         ["default", "researcher", "planner", "implementer", "demo", "demo-helper"],
-        "profiles a top-level caller (CLI, MCP) may run",
+        "profiles a top-level caller (CLI, library, MCP) may run",
     ),
     "daemon.max_agents": Key(int, 4, "agents running at once in the daemon"),
     "daemon.scan_interval": Key((int, float), 30.0, "seconds between full rescans"),

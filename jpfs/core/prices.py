@@ -13,8 +13,9 @@ replace a shipped entry whole (a local model can cost 0):
     cache_creation = 3.75
 
 A model is looked up by its name; a dated snapshot (``claude-sonnet-4-5-20250929``)
-by its model's name. A model found nowhere has no price: its calls' ``cost_usd`` is
-unknown, never guessed from a neighbour.
+by its model's name; a gateway's name for the model asked for (``openai/gpt-4.1-mini``)
+as that model (:func:`billed_as`). A model found nowhere has no price: its calls'
+``cost_usd`` is unknown, never guessed from a neighbour.
 """
 
 from __future__ import annotations
@@ -151,6 +152,21 @@ def price_of(model: str, prices: Mapping[str, Price]) -> Price | None:
     if dated is not None and dated.group(1) != model:
         return price_of(dated.group(1), prices)
     return None
+
+
+def billed_as(served: str, asked: str, prices: Mapping[str, Price]) -> str:
+    """The name a call is priced by: the model the server says it ran (``served``), or
+    when that has no price and is the ``asked`` model under a gateway's prefix
+    (``openai/gpt-4.1-mini`` for ``gpt-4.1-mini``), the asked one if it has a price. Not
+    whatever was asked: a proxy that routes a name to another model says so by naming
+    that model, and pricing it as the name asked for would be a guess. A call priced by
+    neither stays under the served name, which a price added later then prices."""
+    if not served:
+        return asked
+    gateway = bool(asked) and served.endswith("/" + asked)
+    if gateway and price_of(served, prices) is None and price_of(asked, prices) is not None:
+        return asked
+    return served
 
 
 def cost_of(usage: Usage, model: str, prices: Mapping[str, Price]) -> float | None:

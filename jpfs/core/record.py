@@ -65,12 +65,15 @@ def change(
     agent: str | None = None,
     model: str | None = None,
     usage: Usage | None = None,
+    priced_as: str | None = None,
     author: Identity | None = None,
     note: str | None = None,
     creates: Iterable[tuple[str, str]] = (),
 ) -> Change:
     """A change of conversation ``conv_id``; ``paths`` default to its whole directory.
 
+    ``priced_as``: the name ``usage`` is priced by when not ``model``
+    (:func:`jpfs.core.prices.billed_as`: a gateway's name for the model asked for).
     ``creates``: new files the committer makes before it snapshots (:class:`Change`)."""
     from jpfs.infra.committer import Change
 
@@ -81,7 +84,7 @@ def change(
     if model:
         trailers.append(("Jpfs-Model", model))
     if usage is not None and usage.total:
-        trailers.append(("Jpfs-Usage", usage_trailer(ws, usage, model or "")))
+        trailers.append(("Jpfs-Usage", usage_trailer(ws, usage, priced_as or model or "")))
     if ws.config["sync.remote"]:
         # Several machines share this record: say which one made the change.
         trailers.append(("Jpfs-Machine", machine_name(ws)))

@@ -229,16 +229,22 @@ def calls(conv: Conversation, table: Mapping[str, prices.Price]) -> Iterator[Cal
 
 
 def append_call(
-    conv: Conversation, step: str, model: str, usage: Usage, table: Mapping[str, prices.Price]
+    conv: Conversation,
+    step: str,
+    model: str,
+    usage: Usage,
+    table: Mapping[str, prices.Price],
+    priced_as: str | None = None,
 ) -> None:
-    """Record a call that is no event (an onboarding step) in ``usage.toml``."""
+    """Record a call that is no event (an onboarding step) in ``usage.toml``;
+    ``priced_as``: the name it is priced by, when not ``model`` (:func:`prices.billed_as`)."""
     import tomlkit
 
     entry = {
         "at": dt.datetime.now(dt.UTC).replace(microsecond=0),
         "step": step,
         "model": model,
-        **record(usage, model, table),
+        **record(usage, priced_as or model, table),
     }
     block = tomlkit.dumps({"call": [entry]})
     old = conv.read(LEDGER) or "# Model calls of this conversation that are not events (jpfs).\n"

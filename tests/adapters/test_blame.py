@@ -52,7 +52,7 @@ text = "done"
 
 @pytest.fixture
 def project(ws: Path) -> Path:
-    write_profile(ws, "asker", ASKER)
+    write_profile(ws, "asker", ASKER, allowed=True)
     return add_project(ws)
 
 

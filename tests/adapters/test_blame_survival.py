@@ -99,7 +99,12 @@ def test_a_squash_of_two_conversations_names_both_and_no_writer(
     # together without a conflict (git's merge takes adjacent lines for one change).
     (project / "shared.txt").write_text("line1\nline2\nline3\nline4\n", encoding="utf-8")
     git(project, "commit", "-q", "-am", "a fourth line")
-    write_profile(project, "impl4", IMPL.replace('"line2"', '"line4"').replace("notes", "notes4"))
+    write_profile(
+        project,
+        "impl4",
+        IMPL.replace('"line2"', '"line4"').replace("notes", "notes4"),
+        allowed=True,
+    )
     monkeypatch.chdir(project)
     alpha, beta = run(cli, "impl", "alpha"), run(cli, "impl4", "beta")
     git(project, "merge", "-q", "--squash", f"jpfs/{alpha}/_", f"jpfs/{beta}/_")

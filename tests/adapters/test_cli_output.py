@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Result, rgit
+from tests.conftest import Result, rgit, write_profile
 
 Cli = Callable[..., Result]
 PROTOCOL = Path(__file__).resolve().parents[2] / "protocol"
@@ -286,12 +286,14 @@ def test_a_query_without_an_api_key_is_one_error_line_and_writes_nothing(
 
 
 def test_a_run_that_fails_ends_in_one_error_line(ws: Path, cli: Cli) -> None:
-    (ws / ".jpfs" / "agents" / "looper.toml").write_text(
+    write_profile(
+        ws,
+        "looper",
         'model = "script-looper"\nprovider = "script"\n'
         '[tools]\nallow = ["fs_list_files"]\n[limits]\nmax_turns = 1\n'
         "[onboarding]\nenabled = false\n" + '[[script.turns]]\ntext = "Looking."\n'
         'tool_calls = [{ name = "fs_list_files", input = { path = "." } }]\n' * 2,
-        encoding="utf-8",
+        allowed=True,
     )
     result = cli("query", "--new", "--agent", "looper", "--non-interactive", "Go")
     assert result.code == 1, result.stderr

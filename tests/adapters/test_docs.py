@@ -78,7 +78,7 @@ from typing import Any
 import pytest
 
 from tests.adapters.docblocks import ROOT, Block, blocks
-from tests.conftest import git, wait_until
+from tests.conftest import git, wait_until, write_profile
 from tests.messages_server import (
     Answer,
     JsonDict,
@@ -980,7 +980,7 @@ def branches_scenario(env: Env) -> Path:
     from jpfs.services.forks.merge import merge
 
     root = workspace(env)
-    (root / ".jpfs" / "agents" / "impl.toml").write_text(BRANCH_PROFILE, encoding="utf-8")
+    write_profile(root, "impl", BRANCH_PROFILE, allowed=True)
     ws = open_workspace(root)
 
     def edit(conv_id: str, name: str) -> None:
@@ -1542,7 +1542,7 @@ def provenance_scenario(env: Env) -> Shell:
     from tests.conftest import write_profile
 
     ws = add_project(workspace(env))
-    write_profile(ws, "impl", IMPL.replace('"script-impl"', '"claude-sonnet-4-6"'))
+    write_profile(ws, "impl", IMPL.replace('"script-impl"', '"claude-sonnet-4-6"'), allowed=True)
     ran = jpfs(ws, "query", "--new", "--agent", "impl", "--non-interactive", "alpha")
     shell = env.shell(ws)
     shell.workspace, shell.last_id = ws, conversation_in(ran.stderr)

@@ -18,7 +18,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.conftest import Result, git, jpfs_subprocess, rgit
+from tests.conftest import Result, allow_agents, git, jpfs_subprocess, rgit
 
 HELPER = """\
 model = "script-helper"
@@ -58,6 +58,7 @@ def mcp_ws(ws: Path, cli: Callable[..., Result]) -> Path:
     agents = ws / ".jpfs" / "agents"
     (agents / "helper.toml").write_text(HELPER, encoding="utf-8")
     (agents / "quick.toml").write_text(QUICK, encoding="utf-8")
+    allow_agents(ws, "quick")  # the CLI starts it below; the MCP client, any --agent
     # A top-level conversation that is not the server's: never reachable through it.
     assert cli("conversation", "new", "other", "--agent", "quick", "--no-activate").code == 0
     return ws

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Result, jpfs_subprocess, rgit, running_daemon, wait_until
+from tests.chat_server import ChatServer, chat_malformed, chat_server, chat_text, chat_text_of
+from tests.conftest import (
+    Result,
+    git,
+    jpfs_subprocess,
+    rgit,
+    running_daemon,
+    wait_until,
+    write_profile,
+)
 from tests.hostile.conftest import (
     assert_healthy,
     start_conversation,
@@ -28,6 +37,8 @@ from tests.messages_server import (
     malformed_reply,
     text_reply,
 )
+
+__all__ = ["chat_server"]  # the fixture
 
 
 def daemon_status(ws: Path) -> JsonDict:
@@ -118,6 +129,53 @@ def test_garbage_from_the_provider_is_an_error_event(
     start_conversation(daemon, "fine", "Say hello.\n")
     assert "echo: Say hello." in wait_result(daemon, "fine")
     assert_healthy(daemon)
+
+
+LOCAL = """
+model = "local-hostile"
+provider = "openai"
+base_url = "{url}"
+[onboarding]
+enabled = false
+"""
+
+
+@pytest.mark.parametrize("kind", ["json", "shape", "html"])
+def test_garbage_from_an_openai_server_is_an_error_event(
+    hostile_ws: Path, chat_server: ChatServer, kind: str
+) -> None:
+    """The same through an OpenAI-compatible server, for a task.md the daemon adopts and
+    for a `jpfs query` handed to it: an error event, one line, no traceback."""
+    write_profile(hostile_ws, "local", LOCAL.format(url=chat_server.url), allowed=True)
+    git(hostile_ws, "add", "-A")
+    git(hostile_ws, "commit", "-q", "-m", "a local agent")
+
+    def respond(request: JsonDict) -> Response:
+        text = chat_text_of(request, "user")
+        return chat_malformed(kind) if "Garbage" in text else chat_text("echo: " + text[:80])
+
+    chat_server.responder = respond
+    with running_daemon(hostile_ws):
+        conv = hostile_ws / "conversations" / "garbage"
+        conv.mkdir()
+        (conv / "conversation.toml").write_text('agent = "local"\n', encoding="utf-8")
+        (conv / "task.md").write_text("Garbage, please.\n", encoding="utf-8")
+        error = wait_error(hostile_ws, "garbage", "openai: malformed response")
+        assert "Traceback" not in error
+
+        asked = jpfs_subprocess(
+            "query", "--new", "--agent", "local", "Garbage again.", cwd=hostile_ws
+        )
+        assert asked.returncode == 1 and asked.stdout == "", asked.stderr
+        assert "Traceback" not in asked.stderr, asked.stderr
+        assert "openai: malformed response" in asked.stderr.splitlines()[-1]
+        (failed,) = (hostile_ws / "conversations").glob("c-*/events/*-error.md")
+        assert "openai: malformed response" in failed.read_text(encoding="utf-8")
+
+        fine = jpfs_subprocess("query", "--new", "--agent", "local", "Say hello.", cwd=hostile_ws)
+        assert fine.returncode == 0 and "echo: Say hello." in fine.stdout, fine.stderr
+        assert "query handed over by the CLI" in daemon_log(hostile_ws)
+        assert_healthy(hostile_ws)
 
 
 # -- the repository itself ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from jpfs.core.tool import check_arguments
 from jpfs.errors import ToolError
 from jpfs.tools.registry import catalog
-from tests.conftest import rgit
+from tests.conftest import rgit, write_profile
 
 CONFIG: dict[str, Any] = {"name": "t", "tools": {"agents": ["helper"]}}
 TOOLS = catalog(CONFIG)
@@ -107,7 +107,7 @@ def test_the_same_bad_inputs_get_the_same_error_through_cli_tools_and_mcp(
     from jpfs.tools.registry import build_tools
     from tests.adapters.test_mcp import QUICK, call, serve
 
-    (ws / ".jpfs" / "agents" / "quick.toml").write_text(QUICK, encoding="utf-8")
+    write_profile(ws, "quick", QUICK, allowed=True)
     assert cli("c", "new", "a", "--no-activate").code == 0
     assert cli("c", "new", "a/b", "--no-activate").code == 0
     head = rgit(ws, "rev-parse", "HEAD")

@@ -4,6 +4,7 @@ cancellation and the key rules."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +16,15 @@ from jpfs.errors import Cancelled, ProviderError
 from jpfs.infra.providers.base import Reply, Request, ToolSpec, Usage
 from jpfs.infra.providers.openai import OpenAIProvider
 from jpfs.infra.providers.openai_reply import BAD_ARGUMENTS
-from tests.chat_server import ChatServer, call, chat_error, chat_server, chat_text, chat_tool_calls
+from tests.chat_server import (
+    ChatServer,
+    JsonDict,
+    call,
+    chat_error,
+    chat_server,
+    chat_text,
+    chat_tool_calls,
+)
 from tests.conftest import wait_until
 from tests.messages_server import Response
 
@@ -153,6 +162,88 @@ def test_a_stream_cut_short_is_a_clear_error(chat_server: ChatServer) -> None:
     chat_server.enqueue(Response(body=chunk, content_type="text/event-stream"))
     with pytest.raises(ProviderError, match=r"malformed response.*before data: \[DONE\]"):
         complete(provider(chat_server), request(on_text=lambda _: None))
+
+
+def sse(*chunks: object) -> bytes:
+    """Server-sent events as Chat Completions sends them: each chunk a ``data:`` line
+    (a dict as JSON, a str as it is)."""
+    lines = [f"data: {c if isinstance(c, str) else json.dumps(c)}\n\n" for c in chunks]
+    return "".join(lines).encode()
+
+
+def piece(text: str) -> JsonDict:
+    return {"model": "local-test", "choices": [{"index": 0, "delta": {"content": text}}]}
+
+
+FINISH = {"model": "local-test", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_streamed_request_is_retried_after_retry_after(
+    chat_server: ChatServer, status: int
+) -> None:
+    chat_server.enqueue(chat_error(status, "busy", retry_after=0.2), chat_text("ok then"))
+    notes: list[str] = []
+    pieces: list[str] = []
+    reply = complete(provider(chat_server), request(notify=notes.append, on_text=pieces.append))
+    assert reply.text == "ok then" == "".join(pieces)
+    first, second = chat_server.requests
+    assert first.body["stream"] is True and second.body["stream"] is True
+    assert second.received_at - first.received_at >= 0.19
+    assert len(notes) == 1 and f"HTTP {status}" in notes[0] and "busy" in notes[0]
+    assert "attempt 2/5 in 0.2 s" in notes[0]
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ({"error": {"message": "the model crashed", "type": "server_error"}},
+         "openai: error mid-stream: the model crashed"),
+        ("{not json", r"openai: malformed response \(HTTP 200\): a chunk is not JSON"),
+        ("[1, 2]", "a chunk is not a JSON object"),
+    ],
+)  # fmt: skip
+def test_a_bad_chunk_mid_stream_is_a_clear_error_not_retried(
+    chat_server: ChatServer, bad: object, why: str
+) -> None:
+    body = sse(piece("hal"), bad, piece("f"), FINISH, "[DONE]")
+    chat_server.enqueue(Response(body=body, content_type="text/event-stream"), chat_text("no"))
+    pieces: list[str] = []
+    with pytest.raises(ProviderError, match=why) as info:
+        complete(provider(chat_server), request(on_text=pieces.append))
+    # The text before it was shown, and cannot be taken back: no second attempt.
+    assert pieces == ["hal"] and len(chat_server.requests) == 1
+    assert "\n" not in str(info.value)
+
+
+def test_cancel_stops_a_streamed_call_mid_stream(chat_server: ChatServer) -> None:
+    gate = threading.Event()
+    chunks = (sse(piece("Thinking, ")), sse(piece("never shown."), FINISH, "[DONE]"))
+    chat_server.enqueue(
+        Response(body=b"", content_type="text/event-stream", chunks=chunks, gate=gate)
+    )
+    cancel = threading.Event()
+    pieces: list[str] = []
+    box: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            provider(chat_server).complete(request(on_text=pieces.append), cancel)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        wait_until(lambda: pieces == ["Thinking, "], message="the first words")
+        cancelled_at = time.monotonic()
+        cancel.set()
+        thread.join(5)
+        assert not thread.is_alive() and isinstance(box.get("error"), Cancelled)
+        assert time.monotonic() - cancelled_at < 3.0
+    finally:
+        gate.set()  # the server's handler may end
+    assert pieces == ["Thinking, "] and len(chat_server.requests) == 1
 
 
 def test_429_waits_retry_after_and_says_so(chat_server: ChatServer) -> None:

@@ -78,5 +78,5 @@ def rfd_ws(ws: Path, api_env) -> Path:  # type: ignore[no-untyped-def]
     """A workspace with RFD 051's profiles; models answer from ``api_env``."""
     write_profile(ws, "researcher", RESEARCHER)
     write_profile(ws, "planner", PLANNER)
-    write_profile(ws, "main", MAIN)
+    write_profile(ws, "main", MAIN, allowed=True)
     return ws

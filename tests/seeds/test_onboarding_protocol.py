@@ -96,9 +96,9 @@ def reviewer(request: dict[str, Any]) -> Any:
 
 @pytest.fixture
 def reviewer_ws(ws: Path, api_env: Any, monkeypatch: pytest.MonkeyPatch) -> Path:
-    write_profile(ws, "code_reviewer", REVIEWER)
-    write_profile(ws, "task_executor", EXECUTOR)
-    write_profile(ws, "caller", CALLER)
+    write_profile(ws, "code_reviewer", REVIEWER, allowed=True)
+    write_profile(ws, "task_executor", EXECUTOR, allowed=True)
+    write_profile(ws, "caller", CALLER, allowed=True)
     api_env.responder = reviewer
     monkeypatch.chdir(ws)  # the library finds the workspace from the current directory
     return ws

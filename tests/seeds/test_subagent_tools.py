@@ -64,7 +64,7 @@ a summary table."""
 
 @pytest.fixture
 def agent_ws(ws: Path, api_env: Any) -> Workspace:
-    write_profile(ws, "agent", AGENT)
+    write_profile(ws, "agent", AGENT, allowed=True)
     w = open_workspace(ws)
     new_conversation(w, "lead", agent="agent")
     return w

@@ -94,7 +94,9 @@ def project(ws: Path) -> Path:
     git(ws, "add", "shared.txt")
     git(ws, "commit", "-q", "-m", "add shared.txt")
     for name, text in {"impl": IMPL, "lead": LEAD, "outer": OUTER, "top": TOP}.items():
-        write_profile(ws, name, text)
+        # Only the top-level ones are named in agents.allowed: the others are started
+        # by agents.
+        write_profile(ws, name, text, allowed=name in ("lead", "top"))
     return ws
 
 
@@ -287,7 +289,7 @@ def test_nested_fork_merges_into_parent_branch_then_main(
 def test_merge_never_overwrites_uncommitted_changes(ws: Path, cli: Callable[..., Result]) -> None:
     from jpfs.services.conversations import lifecycle
 
-    write_profile(ws, "impl", IMPL)
+    write_profile(ws, "impl", IMPL, allowed=True)
     workspace = open_workspace(ws)
     conv = lifecycle.new_conversation(workspace, "fix", agent="impl")
     wt = branches.files_root(workspace, conv)

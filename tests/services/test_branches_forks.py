@@ -39,8 +39,8 @@ write = ["**"]
 
 @pytest.fixture
 def wsp(ws: Path) -> Workspace:
-    write_profile(ws, "impl", BRANCH)
-    write_profile(ws, "plain", SHARED)
+    write_profile(ws, "impl", BRANCH, allowed=True)
+    write_profile(ws, "plain", SHARED, allowed=True)
     return open_workspace(ws)
 
 

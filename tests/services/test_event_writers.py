@@ -61,7 +61,7 @@ def appends(ws: Path, monkeypatch: pytest.MonkeyPatch) -> list[Appended]:
 
 
 def lead_workspace(ws: Path) -> Workspace:
-    write_profile(ws, "lead", LEAD)
+    write_profile(ws, "lead", LEAD, allowed=True)
     return open_workspace(ws)
 
 

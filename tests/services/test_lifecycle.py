@@ -82,7 +82,7 @@ def trailer_groups(repo: Path) -> list[dict[str, str]]:
 
 
 def test_fork_three_gather_continue_one_kill_another(ws: Path, api_env) -> None:  # type: ignore[no-untyped-def]
-    write_profile(ws, "lead", LEAD)
+    write_profile(ws, "lead", LEAD, allowed=True)
     w = open_workspace(ws)
     new_conversation(w, "lead", agent="lead")
     children: list[str] = []
@@ -163,7 +163,7 @@ def test_fork_three_gather_continue_one_kill_another(ws: Path, api_env) -> None:
 def slow_workspace(ws: Path, **cfg: Any) -> Workspace:
     from jpfs.cli.main import main
 
-    write_profile(ws, "slow", SLOW)
+    write_profile(ws, "slow", SLOW, allowed=True)
     # It runs a local program (a command tool): trusted by the user, as `jpfs trust` does.
     assert main(["-w", str(ws), "trust", "slow"]) == 0
     w = open_workspace(ws, [f"{k}={v}" for k, v in cfg.items()])
@@ -268,6 +268,7 @@ def test_limits_are_clear_errors_not_hangs(ws: Path) -> None:
         "slow",
         SLOW.replace("allow = [", 'allow = ["jp_await", ', 1)
         + "[limits]\nmax_children = 1\nmax_depth = 2\n",
+        allowed=True,
     )
     w = open_workspace(ws)
     new_conversation(w, "p", agent="slow")
@@ -291,7 +292,7 @@ def test_limits_are_clear_errors_not_hangs(ws: Path) -> None:
 
 
 def test_tools_return_errors_as_one_line_tool_errors(ws: Path) -> None:
-    write_profile(ws, "slow", SLOW + "[limits]\nmax_children = 0\n")
+    write_profile(ws, "slow", SLOW + "[limits]\nmax_children = 0\n", allowed=True)
     w = open_workspace(ws)
     conv = new_conversation(w, "p", agent="slow", task="go")
     runner = Runner(w)

@@ -54,7 +54,7 @@ def git_trailers(repo: Path, message: str) -> str:
 @pytest.fixture
 def tree3(ws: Path) -> Workspace:
     """lead, lead/a, lead/a/x, lead/b and a stranger top-level conversation."""
-    write_profile(ws, "echo", ECHO)
+    write_profile(ws, "echo", ECHO, allowed=True)
     w = open_workspace(ws)
     for cid in ("lead", "lead/a", "lead/a/x", "lead/b", "other"):
         new_conversation(w, cid, agent="echo")

@@ -21,6 +21,7 @@ from tests.conftest import (
     jpfs_subprocess,
     running_daemon,
     use_only_agent,
+    wait_until,
     write_profile,
 )
 from tests.messages_server import (
@@ -111,11 +112,17 @@ def test_cli(
 
 
 def test_daemon(mixed: Path, api_env: MessagesServer, chat_server: ChatServer) -> None:
+    def log() -> str:
+        return (mixed / ".jpfs/local/daemon.log").read_text(encoding="utf-8")
+
     with running_daemon(mixed):
         done = jpfs_subprocess("query", "--new", "What do the notes say?", cwd=mixed)
-        log = (mixed / ".jpfs/local/daemon.log").read_text(encoding="utf-8")
+        # Both SDKs are loaded ahead of queries: openai's for the sub-agent only the
+        # main agent may call.
+        wait_until(lambda: "SDKs loaded" in log(), message="the SDK warm-up")
     assert done.returncode == 0, done.stderr
-    assert "query handed over by the CLI" in log
+    assert "query handed over by the CLI" in log()
+    assert "SDKs loaded for handed-over queries: anthropic, openai\n" in log()
     check_tree(mixed, done.stdout, api_env, chat_server)
 
 

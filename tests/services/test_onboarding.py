@@ -35,7 +35,7 @@ def events_of(ws: Path, conv_id: str) -> list[str]:
 
 
 def test_two_rounds_answered_by_a_human_editing_answers_md(ws: Path, cli) -> None:
-    write_profile(ws, "asker", ASKER.format(rounds=3, third=""))
+    write_profile(ws, "asker", ASKER.format(rounds=3, third=""), allowed=True)
     first = cli("query", "--new", "--agent", "asker", "--non-interactive", "Migrate the DB")
     assert first.code == 4
     conv_id = cli("c", "show").stdout.strip()
@@ -74,7 +74,7 @@ def test_two_rounds_answered_by_a_human_editing_answers_md(ws: Path, cli) -> Non
 
 def test_agent_that_never_says_ready_is_stopped_at_the_limit(ws: Path, cli) -> None:
     third = '[[script.onboarding]]\nquestions = ["And another?"]'
-    write_profile(ws, "asker", ASKER.format(rounds=2, third=third))
+    write_profile(ws, "asker", ASKER.format(rounds=2, third=third), allowed=True)
     w = open_workspace(ws)
     result = query(w, "Task", agent="asker")
     cli("answer", result.conversation, "a1")
@@ -90,7 +90,7 @@ def test_agent_that_never_says_ready_is_stopped_at_the_limit(ws: Path, cli) -> N
 
 
 def test_onboarding_off_goes_straight_to_work(ws: Path, cli) -> None:
-    write_profile(ws, "asker", ASKER.format(rounds=3, third=""))
+    write_profile(ws, "asker", ASKER.format(rounds=3, third=""), allowed=True)
     result = cli("query", "--new", "--agent", "asker", "--no-onboard", "Just do it")
     assert result.code == 0 and result.stdout == "WORKED ON: Just do it\n"
     conv_id = cli("c", "show").stdout.strip()
@@ -107,7 +107,7 @@ role = "You are LEAD."
 [tools]
 allow = ["jp_query"]
 agents = ["helper"]
-""")  # fmt: skip
+""", allowed=True)  # fmt: skip
     write_profile(ws, "helper", """
 model = "helper-model"
 [system]
@@ -157,7 +157,7 @@ enabled = true
 
 
 def test_library_onboard_reply_call(ws: Path) -> None:
-    write_profile(ws, "asker", ASKER.format(rounds=3, third=""))
+    write_profile(ws, "asker", ASKER.format(rounds=3, third=""), allowed=True)
     handle = jpfs.onboard("asker", "Context: a web shop", workspace_dir=ws)
     assert not handle.ready and handle.current_question is not None
     assert "Which database?" in handle.current_question
@@ -175,7 +175,7 @@ def test_library_onboard_reply_call(ws: Path) -> None:
 
 
 def test_batch_onboarding_forks_three_children(ws: Path, cli, tmp_path: Path) -> None:
-    write_profile(ws, "asker", ASKER.format(rounds=1, third=""))
+    write_profile(ws, "asker", ASKER.format(rounds=1, third=""), allowed=True)
     tasks = tmp_path / "tasks.md"
     tasks.write_text("## Port module A\n\n## Port module B\n\n## Port module C\n")
     first = cli("onboard", "asker", "--tasks", str(tasks))
@@ -202,7 +202,7 @@ def test_batch_onboarding_forks_three_children(ws: Path, cli, tmp_path: Path) ->
 def test_answer_opens_the_editor_on_a_template(ws: Path, cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import sys
 
-    write_profile(ws, "asker", ASKER.format(rounds=3, third=""))
+    write_profile(ws, "asker", ASKER.format(rounds=3, third=""), allowed=True)
     first = cli("query", "--new", "--agent", "asker", "--non-interactive", "Migrate")
     conv_id = first.stdout.split('"')[1]
     editor = tmp_path / "editor.py"
@@ -245,7 +245,7 @@ def test_an_invalid_onboarding_step_goes_back_to_the_agent_never_ready(
 ) -> None:  # type: ignore[no-untyped-def]
     from tests.messages_server import tool_results, tool_use_reply
 
-    write_profile(ws, "interviewer", INTERVIEWER)
+    write_profile(ws, "interviewer", INTERVIEWER, allowed=True)
     replies = iter(
         [
             # {"question": ...} is not ask_caller's schema: it must not count as ready.
@@ -270,7 +270,7 @@ def test_an_onboarding_step_that_stays_invalid_fails_the_run_with_the_reason(
 ) -> None:  # type: ignore[no-untyped-def]
     from tests.messages_server import tool_use_reply
 
-    write_profile(ws, "interviewer", INTERVIEWER)
+    write_profile(ws, "interviewer", INTERVIEWER, allowed=True)
     api_env.responder = lambda req: tool_use_reply(("ask_caller", {"question": "?"}))
     done = cli("query", "--new", "--agent", "interviewer", "--non-interactive", "Fix the bug")
     assert done.code == 1

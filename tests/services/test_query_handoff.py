@@ -121,8 +121,12 @@ def test_a_query_is_run_by_the_daemon_streamed_and_the_client_loads_no_sdk(
         if line.startswith("import time:")
     }
     roots = {name.split(".")[0] for name in imported}
-    assert imported and not {"anthropic", "httpx2", "pygit2"} & roots
+    assert imported and not {"anthropic", "httpx2", "openai", "pygit2"} & roots
     assert not {"jpfs.services.daemon", "jpfs.services.run.runtime"} & imported
+    # The daemon loads the SDK its profiles use, not one no allowed profile uses (the
+    # shipped openai examples are off).
+    wait_until(lambda: "SDKs loaded" in daemon_log(daemon), message="the SDK warm-up")
+    assert "SDKs loaded for handed-over queries: anthropic\n" in daemon_log(daemon)
 
 
 def _history(ws: Path, conv: str) -> list[str]:

@@ -55,7 +55,7 @@ def trailer_lines(repo: Path) -> list[dict[str, str]]:
 
 
 def test_main_agent_runs_two_children_in_parallel(ws: Path, api_env) -> None:  # type: ignore[no-untyped-def]
-    write_profile(ws, "main", MAIN)
+    write_profile(ws, "main", MAIN, allowed=True)
     write_profile(ws, "child", CHILD)
     (ws / "notes.txt").write_text("the secret is 42\n")
 
@@ -126,7 +126,7 @@ def test_main_agent_runs_two_children_in_parallel(ws: Path, api_env) -> None:  #
 def test_provider_failure_is_recorded_in_the_conversation(ws: Path, api_env) -> None:  # type: ignore[no-untyped-def]
     from tests.messages_server import error_reply
 
-    write_profile(ws, "child", CHILD)
+    write_profile(ws, "child", CHILD, allowed=True)
     api_env.responder = lambda req: error_reply(400, "bad request: model unknown")
     w = open_workspace(ws)
     result = query(w, "hello", agent="child")
@@ -145,7 +145,7 @@ def test_provider_failure_is_recorded_in_the_conversation(ws: Path, api_env) -> 
 
 def test_jp_query_refuses_out_of_scope_ids_overrides_and_profiles(ws: Path, api_env) -> None:  # type: ignore[no-untyped-def]
     write_profile(ws, "main", MAIN)
-    write_profile(ws, "child", CHILD)
+    write_profile(ws, "child", CHILD, allowed=True)
     w = open_workspace(ws)
     from jpfs.services.conversations.lifecycle import new_conversation
 
@@ -167,6 +167,7 @@ def test_jp_query_refuses_out_of_scope_ids_overrides_and_profiles(ws: Path, api_
         ws,
         "main",
         MAIN.replace('"jp_conversation_list"]', '"jp_conversation_list", "jp_conversation_print"]'),
+        allowed=True,
     )
     result = query(open_workspace(ws), "go", agent="main")
     assert result.state is State.IDLE
@@ -184,7 +185,7 @@ def test_jp_query_refuses_out_of_scope_ids_overrides_and_profiles(ws: Path, api_
 
 
 def test_query_cli_prints_only_the_answer(ws: Path, api_env, cli) -> None:  # type: ignore[no-untyped-def]
-    write_profile(ws, "child", CHILD)
+    write_profile(ws, "child", CHILD, allowed=True)
     api_env.responder = lambda req: text_reply("the answer is 7")
     result = cli("query", "--agent", "child", "what is it?")
     assert result.code == 0, result.stderr
@@ -213,6 +214,7 @@ tool_calls = [{ name = "fs_list_files", input = {} }, { name = "fs_list_files", 
 [[script.turns]]
 text = "done"
 """,
+        allowed=True,
     )
     w = open_workspace(ws)
     from jpfs.services.conversations.lifecycle import new_conversation

@@ -17,7 +17,7 @@ from jpfs.core import secrets
 from jpfs.core.tool import ToolContext, check_arguments
 from jpfs.errors import ScopeError
 from jpfs.tools.fs import FS_TOOLS
-from tests.conftest import Result, git, rgit
+from tests.conftest import Result, git, rgit, write_profile
 from tests.messages_server import MessagesServer, Router, text_reply, tool_results, tool_use_reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,7 +157,7 @@ def test_ignored_and_secret_files_are_not_read_listed_or_searched(repo: Path) ->
 def test_a_snapshot_may_not_expose_more_than_its_profile(
     ws: Path, cli: Callable[..., Result], api_env: MessagesServer
 ) -> None:
-    (ws / ".jpfs" / "agents" / "reader.toml").write_text(READER, encoding="utf-8")
+    write_profile(ws, "reader", READER, allowed=True)
     assert cli("conversation", "new", "r1", "--agent", "reader").code == 0
     toml = ws / "conversations" / "r1" / "conversation.toml"
     text = toml.read_text(encoding="utf-8").replace("expose = []", 'expose = [".env"]')
@@ -200,7 +200,7 @@ def test_an_agent_reads_neither_dotenv_nor_tracked_keys_into_the_record(
     (ws / "notes.md").write_text(f"the key is {provider_key}\n", encoding="utf-8")
     git(ws, "add", "notes.md")
     git(ws, "commit", "-q", "-m", "notes")
-    (ws / ".jpfs" / "agents" / "reader.toml").write_text(READER, encoding="utf-8")
+    write_profile(ws, "reader", READER, allowed=True)
     git(ws, "add", "-A")
     git(ws, "commit", "-q", "-m", "reader")
 
@@ -243,7 +243,7 @@ def test_mail_answers_and_a_pasted_task_are_redacted(
     ws: Path, api_env: MessagesServer, cli: Callable[..., Result]
 ) -> None:
     onboarding = READER + "\n[onboarding]\nenabled = true\n"
-    (ws / ".jpfs" / "agents" / "reader.toml").write_text(onboarding, encoding="utf-8")
+    write_profile(ws, "reader", onboarding, allowed=True)
     git(ws, "add", "-A")
     git(ws, "commit", "-q", "-m", "reader")
     api_env.responder = (

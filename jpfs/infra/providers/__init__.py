@@ -37,6 +37,22 @@ def make(config: Mapping[str, Any]) -> Provider:
     return AnthropicProvider()
 
 
+def load_sdk(kind: str) -> bool:
+    """Import the SDK of provider ``kind`` now (a daemon does once idle, so that the first
+    query handed to it does not wait for the import). False: ``kind`` has none."""
+    if kind == "anthropic":
+        from jpfs.infra.providers import anthropic
+
+        anthropic.load_sdk()
+        return True
+    if kind == "openai":
+        from jpfs.infra.providers import openai
+
+        openai.load_sdk()
+        return True
+    return False
+
+
 def key(config: Mapping[str, Any]) -> str:
     """What a provider is built from: a profile edited while the daemon runs (a new argv,
     new script turns, another server) gets a new provider, never the stale one."""

@@ -142,6 +142,17 @@ class OpenAIProvider:
         raise TypeError(f"unexpected attempt outcome {outcome!r}")
 
 
+def load_sdk() -> None:
+    """Import the SDK and build the SSL context now, off the path of a run (as
+    :func:`jpfs.infra.providers.anthropic.load_sdk`)."""
+    try:
+        import httpx2  # noqa: F401
+        import openai  # noqa: F401
+    except ImportError:
+        return  # the first call says so, as a ProviderError
+    attempts.shared_ssl_context()
+
+
 def _classify(exc: BaseException) -> attempts.Failure:
     import openai
 

@@ -66,6 +66,29 @@ def agent_config(
     return config
 
 
+def require_allowed(
+    ws: Workspace, agent: str, parent: str | None = None, *, hint: str | None = None
+) -> None:
+    """Refuse ``agent`` where its caller may not start it: at the top level (the CLI,
+    the library, a hand-written task.md) it must be in ``agents.allowed``, below
+    ``parent`` in the agents ``parent`` may call. Every path that gives a conversation
+    an agent from a profile asks here, so that a profile shipped off (the example
+    ``openai`` researchers) stays off until the user names it."""
+    if parent is None:
+        allowed = [str(a) for a in ws.config["agents.allowed"]]
+        where = "agents.allowed"
+        hint = hint or "add it to agents.allowed to run it"
+    else:
+        allowed = [str(a) for a in Conversation(ws.conv_root, parent).config.get("tools", {})
+                   .get("agents", [])]  # fmt: skip
+        where = f"the agents {parent!r} may call"
+    if agent not in allowed:
+        suffix = f": {hint}" if hint else ""
+        raise ProfileError(
+            f"agent {agent!r} is not in {where} ({', '.join(allowed) or 'none'}){suffix}"
+        )
+
+
 def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
     """Fill conversation.toml of a conversation a human started with only task.md.
 
@@ -75,12 +98,9 @@ def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
     """
     meta = conv.meta()
     agent = str(meta.get("agent") or ws.config["conversations.default_agent"])
-    allowed = [str(a) for a in ws.config["agents.allowed"]]
-    if agent not in allowed:
-        raise ProfileError(
-            f"agent {agent!r} is not in agents.allowed ({', '.join(allowed)}):"
-            " name an allowed agent in conversation.toml, or add it to agents.allowed"
-        )
+    require_allowed(
+        ws, agent, hint="name an allowed agent in conversation.toml, or add it to agents.allowed"
+    )
     config = agent_config(ws, agent)
     fields: dict[str, Any] = {
         "title": title_of(conv.read(TASK)),
@@ -125,6 +145,11 @@ def new_conversation(
     agent = agent or str(ws.config["conversations.default_agent"])
     made_here = config is None
     if config is None:
+        if ids.parent(full_id) is None:
+            # A child's agent is checked against its caller's rights where the caller
+            # acts (jp_query, MCP): the caller is not always the parent's profile (an
+            # MCP client under --root-id has its own list).
+            require_allowed(ws, agent)
         config = agent_config(ws, agent, overrides, onboarding)
     fields = {"base": head_commit(ws), **branches.plan(ws, full_id, config), **(extra or {})}
     conv = create(
@@ -165,15 +190,7 @@ def set_agent(ws: Workspace, conv: Conversation, agent: str) -> None:
             f"{conv.id!r} has begun work with {meta.get('agent')!r}; its agent stays (start"
             " a new conversation, or `jpfs c fork` it, for another agent)"
         )
-    parent = ids.parent(conv.id)
-    if parent is None:
-        allowed = [str(a) for a in ws.config["agents.allowed"]]
-    else:
-        allowed = [str(a) for a in Conversation(ws.conv_root, parent).config.get("tools", {})
-                   .get("agents", [])]  # fmt: skip
-    if agent not in allowed:
-        where = "agents.allowed" if parent is None else f"the agents {parent!r} may call"
-        raise ProfileError(f"agent {agent!r} is not in {where} ({', '.join(allowed) or 'none'})")
+    require_allowed(ws, agent, ids.parent(conv.id))
     config = agent_config(ws, agent)
     old = conv.config
     if old and config.get("workspace") != old.get("workspace"):

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import profiles, secrets, tree, usage
+from jpfs.core import prices, profiles, secrets, tree, usage
 from jpfs.core.conversation import ANSWERS, QUESTIONS, TASK, Conversation
 from jpfs.core.state import READY_RE, onboarding_of, split_rounds
 from jpfs.core.tool import Tool, check_arguments
@@ -180,7 +180,9 @@ def step(runner: RunContext, conv: Conversation) -> None:
     runner.note(f"[{conv.id}] onboarding round {round_no}")
     reply = _valid_reply(runner, conv, request)
     model = reply.model or request.model
-    usage.append_call(conv, f"onboarding round {round_no}", model, reply.usage, runner.ws.prices)
+    priced = prices.billed_as(reply.model, request.model, runner.ws.prices)
+    label = f"onboarding round {round_no}"
+    usage.append_call(conv, label, model, reply.usage, runner.ws.prices, priced)
     ask = next((c for c in reply.tool_calls if c.name == "ask_caller"), None)
     questions = [str(q).strip() for q in (ask.input.get("questions") or [])] if ask else []
     questions = [q for q in questions if q]
@@ -188,7 +190,7 @@ def step(runner: RunContext, conv: Conversation) -> None:
         body = "".join(f"{i}. {q}\n" for i, q in enumerate(questions, 1))
         body += _bullets("Assumptions:", ask.input.get("assumptions") or [])
         append_round(conv, body)
-        runner.commit(conv, "questions", model=model, usage=reply.usage)
+        runner.commit(conv, "questions", model=model, usage=reply.usage, priced_as=priced)
         return
     start = next((c for c in reply.tool_calls if c.name == "start_work"), None)
     args: dict[str, Any] = dict(start.input) if start else {}
@@ -200,7 +202,7 @@ def step(runner: RunContext, conv: Conversation) -> None:
     if note:
         body += f"\nNote: {note}\n"
     append_round(conv, body)
-    runner.commit(conv, "ready", model=model, usage=reply.usage)
+    runner.commit(conv, "ready", model=model, usage=reply.usage, priced_as=priced)
 
 
 def _valid_reply(runner: RunContext, conv: Conversation, request: Request) -> Reply:
@@ -236,8 +238,10 @@ def _valid_reply(runner: RunContext, conv: Conversation, request: Request) -> Re
         messages += [{"role": "assistant", "content": blocks}, {"role": "user", "content": results}]
     bad = "; ".join(p for p in problems.values() if p)
     # Paid for though never acted on: recorded, so that budgets and reports count it.
+    table = runner.ws.prices
+    priced = prices.billed_as(reply.model, request.model, table)
     usage.append_call(
-        conv, "onboarding (invalid steps)", reply.model or request.model, spent, runner.ws.prices
+        conv, "onboarding (invalid steps)", reply.model or request.model, spent, table, priced
     )
     raise ProviderError(
         f"the agent's onboarding step stayed invalid after {_STEP_ATTEMPTS} tries: {bad}"

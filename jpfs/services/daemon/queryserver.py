@@ -91,6 +91,36 @@ def parse(line: bytes) -> dict[str, Any]:
     return message
 
 
+def used_providers(ws: Workspace) -> list[str]:
+    """The providers of the profiles in ``agents.allowed`` and, down the tree, of the
+    agents each may call: what a handed-over query may run. A profile named nowhere
+    (the shipped openai examples, until allowed) is not one of them.
+
+    Read as they are (the branch's copy, else the kept one), not through the policy's
+    loader: a warm-up must not keep copies or leave notes in ``jpfs daemon status``
+    (a note is cleared only by a run of that profile, which may never come)."""
+    from jpfs.core import profiles
+    from jpfs.services.workspace import policy
+
+    kinds: dict[str, None] = {}
+    seen: set[str] = set()
+    todo = [str(a) for a in ws.config["agents.allowed"]]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for where in (ws.agents_dir, policy.kept_agents(ws)):
+            try:
+                config = profiles.load(where, name).config
+            except (OSError, JpfsError):
+                continue  # missing or broken here: its runs say so
+            kinds[str(config.get("provider", "anthropic"))] = None
+            todo.extend(str(a) for a in config.get("tools", {}).get("agents", []))
+            break
+    return list(kinds)
+
+
 class Connection:
     """One client: its socket, written from the run's threads, and its run's cancel."""
 
@@ -173,27 +203,23 @@ class QueryServer:
         threading.Thread(target=self._warm, name="jpfs-sdk-warm-up", daemon=True).start()
 
     def _warm(self) -> None:
-        """Import the model's SDK once the daemon is idle (not while it catches up, which
-        it would slow down), so that no handed-over query waits for the import. Not
-        without an API key: no anthropic run can start here then."""
-        if not os.environ.get("ANTHROPIC_API_KEY", "").strip():
-            return
+        """Import the SDKs of the providers this workspace's runs use once the daemon is
+        idle (not while it catches up, which it would slow down), so that no handed-over
+        query waits for an import. Not anthropic's without an API key: no anthropic run
+        can start here then."""
         while not self.idle():
             if self.stopping.wait(0.2):
                 return
-        from jpfs.services.conversations import lifecycle
+        from jpfs.infra import providers
 
-        for agent in self.ws.config["agents.allowed"]:
-            try:
-                kind = lifecycle.agent_config(self.ws, str(agent)).get("provider", "anthropic")
-            except JpfsError:
-                continue  # a broken profile: its runs say so
-            if kind == "anthropic":
-                from jpfs.infra.providers import anthropic
-
-                anthropic.load_sdk()
-                log.info("anthropic SDK loaded for handed-over queries")
-                return
+        loaded = []
+        for kind in used_providers(self.ws):
+            if kind == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY", "").strip():
+                continue
+            if providers.load_sdk(kind):
+                loaded.append(kind)
+        if loaded:
+            log.info("SDKs loaded for handed-over queries: %s", ", ".join(sorted(loaded)))
 
     def close(self, force: threading.Event, timeout: float = 30.0) -> None:
         """Stop taking queries; runs in flight stop between steps (all at once on

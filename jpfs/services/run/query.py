@@ -85,9 +85,11 @@ def query(
         if parent is not None:
             parent = scope.resolve(ws.conv_root, parent)
         target = ids.join(parent, segment or ids.generate())
+        name = agent or str(ws.config["conversations.default_agent"])
+        if parent is None:
+            lifecycle.require_allowed(ws, name)
         if budget_tokens is not None or budget_usd is not None:
             caller = Conversation(ws.conv_root, parent) if parent is not None else None
-            name = agent or str(ws.config["conversations.default_agent"])
             base = lifecycle.agent_config(ws, name, overrides, onboarding_enabled)
             config = budgets.for_child(ws, caller, base, budget_tokens, budget_usd)
     else:
@@ -174,6 +176,10 @@ def ask(
     else:
         target = ids.join(within, segment)
         agent = request.agent or str(ws.config["conversations.default_agent"])
+        # Before the provider is built: a profile that is off says so, not that its
+        # key is missing.
+        if within is None:
+            lifecycle.require_allowed(ws, agent)
         config = lifecycle.agent_config(ws, agent, (), request.onboard)
     tmp = lifecycle.parse_duration(request.tmp) if request.tmp else None
     runner = runner_for(target)

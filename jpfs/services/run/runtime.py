@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from jpfs.core import frontmatter, locks, messages, profiles, record, tree, usage
+from jpfs.core import frontmatter, locks, messages, prices, profiles, record, tree, usage
 from jpfs.core.conversation import ANSWERS, EVENTS, RESULT, TASK, Conversation, Event, now
 from jpfs.core.record import agent_identity
 from jpfs.core.state import State
@@ -290,9 +290,10 @@ class Runner:
         self.note(f"[{conv.id}] model turn ({request.model})")
         reply = self.complete(conv, request)
         model = reply.model or request.model
+        priced = prices.billed_as(reply.model, request.model, self.ws.prices)
         meta: dict[str, Any] = {
             "model": model,
-            "usage": usage.record(reply.usage, model, self.ws.prices),
+            "usage": usage.record(reply.usage, priced, self.ws.prices),
             "stop_reason": reply.stop_reason,
         }
         if reply.tool_calls:
@@ -307,6 +308,7 @@ class Runner:
             event="assistant",
             model=meta["model"],
             usage=reply.usage,
+            priced_as=priced,
         )
         return True
 
