@@ -261,7 +261,7 @@ def starts(base: Path, sizes: list[int], rounds: int) -> dict[str, Any]:
         save(probe / "task.md", "Probe.\n")
         wait_idle(big, ["rss-probe"], 600)
         log = big / ".jpfs" / "local" / "daemon.log"
-        daemon.wait(lambda _: "SDK loaded" in log.read_text(errors="replace"), 120, "SDK")
+        daemon.wait(lambda _: "SDKs loaded" in log.read_text(errors="replace"), 120, "SDK")
         out["rss_worked_mb"] = daemon.rss_mb()
         # And after 200 more tasks, in waves of 40: what a daemon holds once it has
         # worked a while (caches full, memory fragmented), not just after its first run.

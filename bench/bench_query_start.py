@@ -88,7 +88,7 @@ def wait_for_sdk(ws: Path, timeout: float = 60.0) -> None:
     log = ws / ".jpfs" / "local" / "daemon.log"
     deadline = time.monotonic() + timeout
     pause = threading.Event()
-    while "anthropic SDK loaded" not in log.read_text(encoding="utf-8"):
+    while "SDKs loaded for handed-over queries: anthropic" not in log.read_text(encoding="utf-8"):
         if time.monotonic() > deadline:
             raise RuntimeError(f"the daemon did not load the SDK within {timeout:.0f} s")
         pause.wait(0.05)

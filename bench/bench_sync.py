@@ -148,7 +148,7 @@ def wait_warm(ws: Path) -> None:
     throughput measured is a running daemon's, not its start's."""
     log = ws / ".jpfs" / "local" / "daemon.log"
     wait(
-        lambda: log.exists() and "SDK loaded" in log.read_text(encoding="utf-8"),
+        lambda: log.exists() and "SDKs loaded" in log.read_text(encoding="utf-8"),
         60,
         f"{ws.name}'s daemon to load the SDK",
     )
