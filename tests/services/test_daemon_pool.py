@@ -93,13 +93,13 @@ def test_a_ranked_pop_takes_the_first_group_head_ranked_lowest() -> None:
     queue = FairQueue()
     for conv_id in ["a", "b/1", "b/2", "c", "d", "e"]:
         queue.push(conv_id)
-    ranks = {"a": 2, "b/1": 1, "b/2": 0, "c": 0, "d": 1, "e": 0}
+    ranks = {"a": (2, 0), "b/1": (1, 5), "b/2": (0, 0), "c": (0, 0), "d": (1, 3), "e": (0, 0)}
     # Only group heads are candidates: "b/2" waits behind "b/1" whatever its rank.
     assert queue.pop(ranks.__getitem__) == "c"
     assert queue.pop(ranks.__getitem__) == "e"
-    assert queue.pop(ranks.__getitem__) == "b/1"  # none first: the first of the seconds
+    assert queue.pop(ranks.__getitem__) == "d"  # none first: the lowest of the seconds
     assert queue.pop(None) == "a"  # no rank: the usual turn
-    assert queue.pop(lambda conv_id: 1) == "d"
+    assert queue.pop(lambda conv_id: (1, 0)) == "b/1"
     assert queue.pop(ranks.__getitem__) == "b/2"
     assert queue.pop(ranks.__getitem__) is None and len(queue) == 0
 

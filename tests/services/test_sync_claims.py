@@ -373,7 +373,7 @@ def test_machines_sharing_work_each_pick_a_different_share_first(
     for machine in machines:
         engine.machine = machine
         # The others hold leases, as this machine's last fetch saw.
-        engine.stats.peers = {other: 1 for other in machines if other != machine}
+        engine.stats.working = {other for other in machines if other != machine}
         picks[machine] = {
             f"t-{n:04d}" for n in range(3000) if engine.claimer.first_pick(f"t-{n:04d}")
         }
@@ -385,10 +385,41 @@ def test_machines_sharing_work_each_pick_a_different_share_first(
     places: dict[str, list[int]] = {}
     for machine in machines:
         engine.machine = machine
-        engine.stats.peers = {other: 1 for other in machines if other != machine}
+        engine.stats.working = {other for other in machines if other != machine}
         places[machine] = [engine.claimer.rank(f"t-{n:04d}") for n in range(3000)]
     for n in range(3000):
         assert sorted(places[machine][n] for machine in machines) == [0, 1, 2]
-    engine.stats.peers = {}
+    # Out of its own, a machine takes first what their owner queued last: each queues new
+    # work in the order of its own score (Claimer.order), which every machine can compute.
+    engine.machine = "laptop"
+    theirs = sorted((f"t-{n:04d}" for n in range(100)), key=engine.claimer.order)
+    engine.machine, engine.stats.working = "desk", {"laptop"}
+    theirs = [conv_id for conv_id in theirs if engine.claimer.rank(conv_id) == 1]
+    assert len(theirs) > 20 and min(theirs, key=engine.claimer.pick) == theirs[-1]
+    engine.stats.working = set()
     engine.machine = "desk"
     assert all(engine.claimer.first_pick(f"t-{n:04d}") for n in range(100))  # alone: all
+
+
+def test_a_machine_between_two_runs_keeps_its_share(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """Who ranks first for what counts the machines that released a lease lately too: a
+    peer that just pushed its results and holds nothing until its next claim must not
+    drop out of everyone's ranking (their shares would move, and claims collide)."""
+    remote = share_record(tmp_path, ws, cli)
+    other = clone_sharing(remote, tmp_path / "other", cli)
+    assert cli("config", "set", "sync.machine", "laptop", cwd=other).code == 0
+    ours, theirs = engine_at(ws), engine_at(other)
+    for engine in (ours, theirs):
+        engine.sync_once()
+    assert theirs.claim("job")
+    theirs.sync_once()
+    ours.fetch()
+    assert ours.stats.peers == {"laptop": 1} and ours.stats.working == {"laptop"}
+    theirs.release("job")
+    theirs.sync_once()
+    ours.fetch()
+    assert ours.stats.peers == {} and ours.stats.working == {"laptop"}
+    ranks = [ours.claimer.rank(f"t-{n:04d}") for n in range(200)]
+    assert 60 < ranks.count(0) < 140 and set(ranks) == {0, 1}

@@ -48,18 +48,19 @@ class FairQueue:
         self._groups.setdefault(self.group_of(conv_id), deque()).append(conv_id)
         return True
 
-    def pop(self, rank: Callable[[str], int] | None = None) -> str | None:
+    def pop(self, rank: Callable[[str], tuple[int, int]] | None = None) -> str | None:
         """The oldest id of the group whose turn it is; that group goes to the back.
         ``rank``: of the next groups' oldest ids (only the first :data:`PREFER_SCAN`: a
-        pop stays cheap), the first of those ranked lowest."""
+        pop stays cheap), the first of those ranked lowest; one ranked ``(0, ...)`` at
+        once."""
         chosen = next(iter(self._groups), None)
         if rank is not None:
-            best: int | None = None
+            best: tuple[int, int] | None = None
             for group in itertools.islice(self._groups, PREFER_SCAN):
                 score = rank(self._groups[group][0])
                 if best is None or score < best:
                     best, chosen = score, group
-                if best == 0:
+                if best[0] == 0:
                     break
         if chosen is None:
             return None
@@ -108,7 +109,7 @@ class Pool:
         self._threads: list[threading.Thread] = []
         # With peers sharing the record: how late this machine should start each queued
         # conversation (0: first; see Claimer.rank), so that claims seldom collide.
-        self.rank: Callable[[str], int] | None = None
+        self.rank: Callable[[str], tuple[int, int]] | None = None
         with self._cv:
             self._add_workers(self.size)
 

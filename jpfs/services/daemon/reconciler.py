@@ -21,7 +21,6 @@ whose files' stat signature did not change since the last look and needed nothin
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import queue
@@ -100,9 +99,10 @@ class Reconciler:
         # Peers share the record (sync.remote): adopting and recording an error are
         # claimed like a run, so they happen in the pool, under the conversation's lease.
         self.shared = False
-        # With peers: this daemon's own order for the conversations it queues (a salt),
-        # so daemons that see the same new work at once seldom claim the same first.
-        self.spread = ""
+        # With peers: this daemon's own order for the conversations it queues together
+        # (Claimer.order), so daemons that see the same new work at once seldom claim the
+        # same first, and each can tell which one another will reach last.
+        self.spread: Callable[[str], bytes] | None = None
         self.scans = 0
         self.last_scan_seconds = 0.0
         self.next_scan = time.monotonic() + scan_interval
@@ -226,11 +226,8 @@ class Reconciler:
             self.fault_wait.pop(item.conv_id, None)
             self.settling.forget(item.conv_id)
         ready = [item.conv_id for item in serving if item.verdict.need in self.pooled]
-        for conv_id in sorted(ready, key=self._spread) if self.spread else ready:
+        for conv_id in sorted(ready, key=self.spread) if self.spread else ready:
             self.pool.submit(conv_id)
-
-    def _spread(self, conv_id: str) -> bytes:
-        return hashlib.blake2b(f"{self.spread}\0{conv_id}".encode(), digest_size=8).digest()
 
     @property
     def pooled(self) -> tuple[Need, ...]:

@@ -139,8 +139,8 @@ class Daemon:
                 fail=self.fail,
             )
             self.reconciler.shared = True
-            self.reconciler.spread = self.shared.engine.incarnation
-            self.pool.rank = self.shared.engine.claimer.rank
+            self.reconciler.spread = self.shared.engine.claimer.order
+            self.pool.rank = self.shared.engine.claimer.pick
 
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(

@@ -204,15 +204,27 @@ class Claimer:
     def rank(self, conv_id: str) -> int:
         """Where this machine stands among those that would pick ``conv_id`` (0: first):
         its place in the rendezvous hash of the conversation among the machines holding
-        leases now (and this one). Peers that see the same queue start on different
-        conversations; one that has run out of its own takes those it stands second
-        for, so two such never reach for the same one."""
-        mine = _rank(self.engine.machine, conv_id)
-        return sum(
-            1
-            for machine in self.engine.stats.peers
-            if machine != self.engine.machine and _rank(machine, conv_id) > mine
-        )
+        leases now or releasing one lately (and this one)."""
+        return self.pick(conv_id)[0]
+
+    def pick(self, conv_id: str) -> tuple[int, int]:
+        """The order in which this machine starts queued conversations, lowest first:
+        its place among the machines for ``conv_id`` (:meth:`rank`; peers that see the
+        same queue start on different conversations, and two that ran out of their own
+        never reach for the same one); then, among those another machine picks first,
+        the one that machine will reach last (each queues new work in the order of its
+        own hash, :meth:`order`), so that taking it seldom races the owner."""
+        scores = [_rank(machine, conv_id) for machine in self.engine.stats.working]
+        mine = self.order(conv_id)
+        place = sum(1 for score in scores if score > mine)
+        if place == 0:
+            return (0, 0)
+        return (place, -int.from_bytes(max(scores), "big"))
+
+    def order(self, conv_id: str) -> bytes:
+        """This machine's order for new work queued together (the daemon's reconciler
+        sorts by it): its rendezvous score, which peers can compute too."""
+        return _rank(self.engine.machine, conv_id)
 
     def first_pick(self, conv_id: str) -> bool:
         """Whether this machine should be the one to pick ``conv_id`` first."""

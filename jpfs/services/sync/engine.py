@@ -223,17 +223,23 @@ class SyncEngine:
             remote: dict[str, str] = {}
             released: dict[str, str] = {}
             peers: dict[str, int] = {}
+            working: set[str] = set()
             for ref, (oid, message) in refs.messages_under(self.repo, self.track_leases).items():
                 name = LEASE_NS + ref.removeprefix(self.track_leases)
                 remote[name] = oid
-                holder, record = read_value(message)
+                holder, record, releaser = read_value(message)
                 if record:
                     released[name] = record
+                    working.add(releaser)
                 elif holder:
                     peers[holder] = peers.get(holder, 0) + 1
             self.book.observe(remote, released)
             self.observed_at = began
             self.stats.peers = peers
+            # Who picks what first (Claimer.rank): the machines holding leases, and those
+            # that released one lately (tombstones live a minute or more), so that a
+            # machine between two runs keeps its share.
+            self.stats.working = (set(peers) | working) - {""}
             # Last: a status that shows this fetch shows what it found.
             self.stats.fetches += 1
             self.stats.last_fetch = time.time()

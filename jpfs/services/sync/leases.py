@@ -66,16 +66,19 @@ TOMBSTONE_MIN_AGE = 60.0
 LEASE_ROOT = "jpfs leases\n\nEvery lease value is a child of this commit.\n"
 _RELEASED = re.compile(r"^Jpfs-Released: *([0-9a-f]{40,64}) *$", re.MULTILINE)
 _HOLDER = re.compile(r"^Jpfs-Machine: *(\S+) *$", re.MULTILINE)
+_RELEASER = re.compile(r"^Jpfs-Released-By: *(\S+) *$", re.MULTILINE)
 
 
-def read_value(message: str) -> tuple[str, str]:
+def read_value(message: str) -> tuple[str, str, str]:
     """What a lease value's commit message says: (the machine holding it, the record
-    commit a release names); "" for what it does not say (junk says neither)."""
+    commit a release names, the machine that released it); "" for what it does not say
+    (junk says nothing)."""
     released = _RELEASED.search(message)
     if released:
-        return "", released[1]
+        releaser = _RELEASER.search(message)
+        return "", released[1], releaser[1] if releaser else ""
     holder = _HOLDER.search(message)
-    return (holder[1] if holder else ""), ""
+    return (holder[1] if holder else ""), "", ""
 
 
 class LeaseBook:

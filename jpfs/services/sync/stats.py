@@ -36,6 +36,7 @@ class SyncStats:
     unreachable_since: float = 0.0
     conflicts: list[str] = field(default_factory=list)
     peers: dict[str, int] = field(default_factory=dict)  # machine -> leases held
+    working: set[str] = field(default_factory=set)  # holding leases, or released lately
 
 
 class Timings:
