@@ -8,8 +8,8 @@ Everything is the real runtime path: a bare repository as the remote, served ove
 real network transport on 127.0.0.1 (``git daemon``: ``git://``, the default; or smart
 HTTP: ``git http-backend``; or ``file`` for a local path), one clone per
 daemon (real ``jpfs daemon start`` processes, ``sync.remote = "origin"``), a writer
-clone without a daemon that creates the conversations and sends them with
-``jpfs sync``, and the real anthropic SDK talking to ``tests/messages_server.py``,
+clone without a daemon (its record attached beforehand, as a laptop sharing the record
+has it) that creates the conversations and sends them with ``jpfs sync``, and the real anthropic SDK talking to ``tests/messages_server.py``,
 whose model takes ``--turn`` seconds (0.2) per answer so that agents overlap as with a
 real model.
 
@@ -135,6 +135,10 @@ def setup(
         clones.append(path)
     writer = base / "writer"
     git(base, "clone", "-q", remote_url, str(writer))
+    if share:
+        # Attached as a laptop sharing the record is: its first jpfs command would make
+        # the record's worktree (~0.15 s) inside the time measured.
+        jpfs(writer, "sync")
     return remote, clones, writer
 
 
