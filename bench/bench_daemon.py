@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if "burst" in parts:
             results["burst"] = run_bursts(base, args.burst, args.agents, args.turn, rounds)
         if "start" in parts:
-            results["start"] = run_starts(base, [100, tree_size], rounds)
+            results["start"] = run_starts(base, sorted({100, tree_size}), rounds)
     return results
 
 

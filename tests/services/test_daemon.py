@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jpfs.core.locks import is_locked
-from tests.conftest import git, jpfs_subprocess, rgit, wait_until
+from tests.conftest import git, jpfs_subprocess, process_alive, rgit, wait_until
 from tests.services.test_daemon_helpers import (
     DaemonProc,
     daemon_proc_fixture,
@@ -76,6 +76,7 @@ def test_one_daemon_per_workspace_and_a_stale_pid_file_never_blocks(started: Pat
 
     stop = jpfs_subprocess("daemon", "stop", cwd=ws)
     assert stop.returncode == 0, stop.stderr
+    assert not process_alive(pid)  # gone when stop returns, not only its lock
     gone = jpfs_subprocess("daemon", "status", cwd=ws)
     assert gone.returncode == 1 and gone.stdout.strip() == "not running"
 

@@ -229,7 +229,9 @@ def stop(files: Files, *, timeout: float = 60.0, force: bool = False) -> int | N
         _signal(pid, signal.SIGINT)
     deadline = time.monotonic() + timeout
     pause = threading.Event()
-    while is_running(files):
+    # Its lock first (the agents' steps end before it), then the process itself: a script
+    # that stops a daemon and goes on must not find it still exiting.
+    while is_running(files) or _exists(pid):
         if time.monotonic() > deadline:
             raise DaemonError(
                 f"the daemon (pid {pid}) is still finishing its agents' current steps after"
@@ -237,6 +239,16 @@ def stop(files: Files, *, timeout: float = 60.0, force: bool = False) -> int | N
             )
         pause.wait(0.02)
     return pid
+
+
+def _exists(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie awaiting its reaper does not; without /proc,
+    the lock alone says)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -99,8 +99,10 @@ class Daemon:
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
         """Serve until :attr:`stop` is set (a signal, or a test); returns the exit status."""
-        try:
-            with process.instance_lock(self.files):
+        # The lock is let go last: `jpfs daemon stop` waits for it (and then the pid), so
+        # what runs after it (the workers' join) must run before it.
+        with process.instance_lock(self.files):
+            try:
                 log.info("daemon %d starting in %s", os.getpid(), self.ws.root)
                 try:
                     self.prepare()
@@ -122,9 +124,9 @@ class Daemon:
                 finally:
                     self.shutdown()
                 log.info("daemon %d stopped", os.getpid())
-        finally:
-            self.pool.force()  # no-op after a clean shutdown; ends the idle workers otherwise
-            self.pool.join(5.0)
+            finally:
+                self.pool.force()  # no-op after a clean shutdown; ends the idle workers otherwise
+                self.pool.join(5.0)
         return 0
 
     def prepare(self) -> None:
