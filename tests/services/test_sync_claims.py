@@ -375,7 +375,7 @@ def test_machines_sharing_work_each_pick_a_different_share_first(
         # The others hold leases, as this machine's last fetch saw.
         engine.stats.working = {other for other in machines if other != machine}
         picks[machine] = {
-            f"t-{n:04d}" for n in range(3000) if engine.claimer.first_pick(f"t-{n:04d}")
+            f"t-{n:04d}" for n in range(3000) if engine.claimer.rank(f"t-{n:04d}") == 0
         }
     assert set.union(*picks.values()) == {f"t-{n:04d}" for n in range(3000)}
     assert sum(len(share) for share in picks.values()) == 3000  # each picked first once
@@ -398,7 +398,7 @@ def test_machines_sharing_work_each_pick_a_different_share_first(
     assert len(theirs) > 20 and min(theirs, key=engine.claimer.pick) == theirs[-1]
     engine.stats.working = set()
     engine.machine = "desk"
-    assert all(engine.claimer.first_pick(f"t-{n:04d}") for n in range(100))  # alone: all
+    assert all(engine.claimer.rank(f"t-{n:04d}") == 0 for n in range(100))  # alone: all
 
 
 def test_a_machine_between_two_runs_keeps_its_share(

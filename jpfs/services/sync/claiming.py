@@ -226,10 +226,6 @@ class Claimer:
         sorts by it): its rendezvous score, which peers can compute too."""
         return _rank(self.engine.machine, conv_id)
 
-    def first_pick(self, conv_id: str) -> bool:
-        """Whether this machine should be the one to pick ``conv_id`` first."""
-        return self.rank(conv_id) == 0
-
 
 def _rank(machine: str, conv_id: str) -> bytes:
     return hashlib.blake2b(f"{machine}\0{conv_id}".encode(), digest_size=8).digest()
