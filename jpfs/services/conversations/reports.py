@@ -25,7 +25,7 @@ from jpfs.core.conversation import RESULT, Conversation, now
 from jpfs.core.state import State
 from jpfs.errors import Cancelled, JpfsError
 from jpfs.services.conversations import mail, mailfilter
-from jpfs.services.forks import branches
+from jpfs.services.forks import diffs
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
@@ -48,7 +48,7 @@ def report_status(runner: RunContext, conv: Conversation, success: bool, text: s
     summary = text.strip()
     if len(summary) > SUMMARY_MAX:
         summary = summary[:SUMMARY_MAX] + f"\n[truncated: read result.md of {conv.id}]"
-    if stat := branches.diffstat(runner.ws, conv.id):  # branch workspaces: what merge brings
+    if stat := diffs.diffstat(runner.ws, conv.id):  # branch workspaces: what merge brings
         summary += f"\n\nbranch diff stat (merge with `merge`):\n{stat}"
     report = {"status": "idle", "success": success, "summary": summary}
     report["usage"] = runner.run_usage(conv)  # what this run cost, its sub-agents' included
