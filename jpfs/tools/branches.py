@@ -35,11 +35,11 @@ def merge_tool(ctx: ToolContext, args: JsonDict) -> str:
 
 def branch_diff(ctx: ToolContext, args: JsonDict) -> str:
     from jpfs.core import scope
-    from jpfs.services.forks import branches
+    from jpfs.services.forks import diffs
 
     ws = ctx.ws()
     conv_id = scope.resolve(ws.conv_root, str(args["id"]), within=ctx.conversation)
-    text = branches.diff(ws, conv_id, stat=bool(args.get("stat", False)))
+    text = diffs.diff(ws, conv_id, stat=bool(args.get("stat", False)))
     if not text.strip():
         return f"{conv_id}: no committed changes on its branch"
     if len(text) > DIFF_MAX_CHARS:

@@ -1,6 +1,7 @@
 """Lifecycle tools: ``fork``, ``kill``, ``jp_await`` and ``mail_send|check|read|delete|filter``.
 
-Thin adapters over :mod:`jpfs.services.run.control`, :mod:`jpfs.services.conversations.reports` and :mod:`jpfs.services.conversations.mail`; the
+Thin adapters over :mod:`jpfs.services.run.control`, :mod:`jpfs.services.conversations.reports`,
+:mod:`jpfs.services.conversations.mail` and :mod:`jpfs.services.conversations.mailfilter`; the
 caller is always ``ctx.conversation`` (never an id the model supplies), so scope
 holds however the model words its arguments. Results are JSON; every tool that
 creates or names a conversation returns its id as ``conversation_id``. An agent
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jpfs.core.tool import JsonDict, Tool, ToolContext
-from jpfs.services.conversations import mail, reports
+from jpfs.services.conversations import mail, mailfilter, reports
 from jpfs.services.run import control
 from jpfs.tools.conversation import BUDGET_PROPERTIES, runner_of
 
@@ -105,7 +106,7 @@ def mail_delete(ctx: ToolContext, args: JsonDict) -> str:
 
 
 def mail_filter(ctx: ToolContext, args: JsonDict) -> str:
-    found = mail.select(
+    found = mailfilter.select(
         ctx.ws(),
         ctx.conversation,
         sender=args.get("from"),

@@ -15,7 +15,8 @@ import jpfs.infra.committer.indexentries as indexentries
 import jpfs.infra.committer.indexfile as indexfile
 import jpfs.infra.committer.splitindex as splitindex
 from jpfs.infra.committer import Change, Committer
-from jpfs.infra.committer.splitindex import SplitPolicy, ewah_decode, ewah_encode
+from jpfs.infra.committer.splitindex import SplitPolicy
+from jpfs.infra.committer.splitlink import SplitCorrupt, ewah_decode, ewah_encode
 from tests.infra.test_committer import (  # noqa: F401  (the autouse fixture)
     _isolated_git,
     assert_consistent,
@@ -77,7 +78,7 @@ def test_ewah_round_trip_and_runs() -> None:
     raw = (130).to_bytes(4, "big") + len(words).to_bytes(4, "big")
     raw += b"".join(w.to_bytes(8, "big") for w in words) + (0).to_bytes(4, "big")
     assert ewah_decode(raw, 0)[0] == [*range(128), 128, 130]
-    with pytest.raises(splitindex.SplitCorrupt):
+    with pytest.raises(SplitCorrupt):
         ewah_decode(raw[:-6], 0)
 
 
@@ -267,7 +268,7 @@ def test_a_shared_index_out_of_order_is_refused(tmp_path: Path) -> None:
     assert merged == raws
     assert state.changes() == 0
     swapped = [raws[1], raws[0], *raws[2:]]
-    with pytest.raises(splitindex.SplitCorrupt, match="out of order"):
+    with pytest.raises(SplitCorrupt, match="out of order"):
         splitindex.merge_base(version, link(swapped), gitdir, [])
 
 

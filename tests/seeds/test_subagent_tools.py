@@ -19,7 +19,7 @@ from jpfs.core import tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
-from jpfs.services.conversations import mail, reports
+from jpfs.services.conversations import mailfilter, reports
 from jpfs.services.conversations.lifecycle import new_conversation
 from jpfs.services.run import control
 from jpfs.services.run.query import query
@@ -127,7 +127,7 @@ def test_child_lifecycle(agent_ws: Workspace, api_env: Any) -> None:
     assert {k: report[k] for k in ("conversation_id", "status", "success", "summary")} == {
         "conversation_id": cid, "status": "idle", "success": True, "summary": "did X",
     }  # fmt: skip
-    statuses = mail.select(agent_ws, "lead", sender=cid, kind="status")
+    statuses = mailfilter.select(agent_ws, "lead", sender=cid, kind="status")
     bodies = sorted((json.loads(m.body) for m in statuses), key=lambda b: b["summary"])
     # The seed's three keys, and what each run cost (protocol/cost.md): one model call
     # each, at the server's default usage; claude-test has no price.
@@ -229,7 +229,7 @@ def test_mail_tools(agent_ws: Workspace, api_env: Any, cli: Cli) -> None:
     assert opened["body"].strip() == "Which directory?" and opened["id"] == header["id"]
     # mail_delete: gone from the inbox, kept in git.
     assert json.loads(last_result(lead[6])) == {"deleted": header["id"]}
-    assert mail.select(agent_ws, "lead", sender=cid, kind="message") == []
+    assert mailfilter.select(agent_ws, "lead", sender=cid, kind="message") == []
     assert f"jpfs(lead): mail-delete {header['id']}" in rgit(agent_ws.root, "log", "--format=%s")
 
 

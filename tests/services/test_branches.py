@@ -16,7 +16,7 @@ import pytest
 from jpfs.core import ids, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import open_workspace
-from jpfs.services.forks import branches
+from jpfs.services.forks import branches, diffs
 from jpfs.services.run.runtime import Runner
 from jpfs.tools.registry import catalog
 from tests.conftest import Result, git, rgit, write_profile
@@ -283,7 +283,7 @@ def test_nested_fork_merges_into_parent_branch_then_main(
     assert f"jpfs({inner}): merge {inner_branch} into {outer_branch}" in subjects
     top_merge = merged.stdout.strip()
     assert git(project, "merge-base", "--is-ancestor", inner_branch, top_merge) == ""
-    assert branches.diffstat(ws, outer) == "no changes"  # everything is merged
+    assert diffs.diffstat(ws, outer) == "no changes"  # everything is merged
 
 
 def test_merge_never_overwrites_uncommitted_changes(ws: Path, cli: Callable[..., Result]) -> None:

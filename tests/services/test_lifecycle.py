@@ -17,7 +17,7 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import Cancelled, LimitError, NotFoundError, ScopeError
-from jpfs.services.conversations import mail, reports
+from jpfs.services.conversations import mailfilter, reports
 from jpfs.services.conversations.lifecycle import new_conversation
 from jpfs.services.run import background, control
 from jpfs.services.run.query import query
@@ -129,7 +129,7 @@ def test_fork_three_gather_continue_one_kill_another(ws: Path, api_env) -> None:
         conv_a = Conversation(w.conv_root, a)
         # A continues in the background with the mail as its next input.
         wait_until(lambda: len(conv_a.events()) == 6 and conv_a.read("result.md"), timeout=15)
-        wait_until(lambda: len(mail.select(w, "lead", sender=a, kind="status")) == 2)
+        wait_until(lambda: len(mailfilter.select(w, "lead", sender=a, kind="status")) == 2)
 
     assert conv_a.events()[-1].body.strip() == "did more: go"
     assert Conversation(w.conv_root, b).meta()["status"] == "killed"
@@ -137,7 +137,7 @@ def test_fork_three_gather_continue_one_kill_another(ws: Path, api_env) -> None:
     states = [str(tree.state_of(Conversation(w.conv_root, i))) for i in (a, b, c)]
     assert states == ["idle", "killed", "idle"]
     # jp_await read the three first reports; A's second one waits, unread.
-    unread = mail.select(w, "lead", kind="status", unread=True)
+    unread = mailfilter.select(w, "lead", kind="status", unread=True)
     assert [m.sender for m in unread] == [a]
     assert json.loads(unread[0].body)["summary"] == "did more: go"
     # The lead's tool results name every conversation as conversation_id.
@@ -335,7 +335,7 @@ def test_cli_fork_without_prompt_is_idle_and_capture_starts_a_child(
     conv = Conversation(w.conv_root, idle)
     assert tree.state_of(conv) is State.IDLE
     assert [e.body.strip() for e in conv.events()] == ["hello", "quick: hello"]
-    assert not mail.select(w, "p")  # never ran, never reported
+    assert not mailfilter.select(w, "p")  # never ran, never reported
     # capture: the editor composes the task; the parent's model never sees it.
     editor = tmp_path / "editor.sh"
     editor.write_text('#!/bin/sh\nprintf "compose this\\n" >> "$1"\n')

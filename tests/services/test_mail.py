@@ -15,7 +15,7 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.tool import ToolContext
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import IdError, NotFoundError, ScopeError
-from jpfs.services.conversations import inputs, mail, reports
+from jpfs.services.conversations import inputs, mail, mailfilter, reports
 from jpfs.services.conversations.lifecycle import new_conversation
 from jpfs.services.run import background, control
 from jpfs.services.run.runtime import Runner
@@ -117,7 +117,7 @@ def test_filter_by_sender_kind_unread_since_and_text(
     mail.read(w, "lead", first.id)
 
     def ids(**kw: Any) -> list[str]:
-        return [m.id for m in mail.select(w, "lead", **kw)]
+        return [m.id for m in mailfilter.select(w, "lead", **kw)]
 
     assert ids(sender="lead/a") == sorted([first.id, status.id])
     assert ids(kind="status") == [status.id]
@@ -245,7 +245,7 @@ def test_mail_from_the_caller_continues_an_idle_conversation(
         msg, _ = control.send(w, first, "more", "second question", sender="lead", runner=runner)
         wait_until(
             lambda: len(conv.events()) == 4 and conv.read("result.md") and
-            mail.select(w, "lead", sender=first, kind="status", unread=True),
+            mailfilter.select(w, "lead", sender=first, kind="status", unread=True),
             message="the continued run",
         )  # fmt: skip
     events = conv.events()
@@ -303,7 +303,7 @@ def test_status_report_is_sent_once_per_run_end(tree3: Workspace) -> None:
     # A crash after the report but before result.md: the redo reports the same message.
     reports.report_status(runner, conv, True, "the answer")
     reports.report_status(runner, conv, True, "the answer")
-    (status,) = mail.select(w, "lead", kind="status")
+    (status,) = mailfilter.select(w, "lead", kind="status")
     # No model call in this run (the events were written by hand): it cost nothing.
     nothing = {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0,
                "cache_creation_input_tokens": 0, "cost_usd": 0.0}  # fmt: skip

@@ -41,7 +41,7 @@ def diff(
     root_id: RootId = None,
 ) -> None:
     """Show ID's committed changes: what merging its branch would bring."""
-    from jpfs.services.forks import branches
+    from jpfs.services.forks import diffs
 
     ws = state.ws()
-    out(branches.diff(ws, scoped(ws, conv_id, root_id), stat=stat))
+    out(diffs.diff(ws, scoped(ws, conv_id, root_id), stat=stat))

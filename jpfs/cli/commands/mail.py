@@ -139,10 +139,10 @@ def filter_(
     root_id: RootId = None,
 ) -> None:
     """Messages of ID's inbox matching every given criterion (* marks unread)."""
-    from jpfs.services.conversations import mail
+    from jpfs.services.conversations import mailfilter
 
     ws = state.ws()
-    found = mail.select(
+    found = mailfilter.select(
         ws,
         scoped(ws, conv_id, root_id),
         sender=sender,

@@ -36,7 +36,8 @@ from jpfs.infra.committer.indexentries import (
     parse_entries,
 )
 from jpfs.infra.committer.indexport import IndexFile
-from jpfs.infra.committer.splitindex import NO_SPLIT, SplitCorrupt, SplitPolicy, SplitState
+from jpfs.infra.committer.splitindex import NO_SPLIT, SplitPolicy, SplitState
+from jpfs.infra.committer.splitlink import SplitCorrupt
 
 __all__ = ["MASK32", "FastIndex", "IndexUnsupported", "IndexVersion4"]
 

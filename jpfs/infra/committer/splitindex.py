@@ -7,6 +7,8 @@ bitmaps over its positions: entries deleted, and entries replaced by the index's
 entries (written with empty names, in position order); the index's other entries are
 new. git reads, writes and cleans this format itself (``core.splitIndex``,
 ``git update-index --split-index``); see ``Documentation/technical/index-format.txt``.
+The link extension itself, its bitmaps and :class:`SplitCorrupt` are
+:mod:`jpfs.infra.committer.splitlink`'s.
 
 Rewriting the record's whole index cost ~25 ms per commit at 10,000 conversations
 (131k entries: SHA-1 over 13 MB); the split part costs what changed since the base.
@@ -26,7 +28,6 @@ touch the base they read), unless
 
 from __future__ import annotations
 
-import array
 import bisect
 import contextlib
 import hashlib
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from jpfs.infra.committer.fileio import replace_file
 from jpfs.infra.committer.indexentries import key_of, parse_entries, strip_name, with_name
+from jpfs.infra.committer.splitlink import SplitCorrupt, ewah_encode, parse_link
 
 _SHARED_PREFIX = "sharedindex."
 _SHARED_RE = re.compile(r"sharedindex\.[0-9a-f]{40}")
@@ -50,10 +52,6 @@ _CHUNK = 256  # replacement positions per cached chunk of the split part
 _SPARSE = 32  # base entries per sparse key: a position is a bisect in those, then in 32
 SPLIT_MIN_ENTRIES = 10_000  # with core.splitIndex unset, indexes this large are split
 MAX_CHANGES = 8_192  # with splitIndex.maxPercentChange unset, a new base past this many
-
-
-class SplitCorrupt(ValueError):
-    """A link extension, bitmap or shared index that does not describe a valid index."""
 
 
 @dataclass(frozen=True)
@@ -85,85 +83,11 @@ class SplitPolicy:
 NO_SPLIT = SplitPolicy(enabled=False)
 
 
-# -- EWAH bitmaps (git's ewah/ewah_io.c) -----------------------------------------------
-
-
-def ewah_decode(data: bytes, off: int) -> tuple[list[int], int]:
-    """The set bit positions of the EWAH bitmap at ``data[off:]``, and the offset after it.
-
-    A word of the buffer is a marker (bit 0: the running bit; bits 1-32: how many words
-    of it follow; bits 33-63: how many literal words come after those) or a literal.
-    """
-    try:
-        _bits, words = struct.unpack_from(">II", data, off)
-        buffer = struct.unpack_from(f">{words}Q", data, off + 8)
-        end = off + 8 + 8 * words + 4
-        if end > len(data):
-            raise SplitCorrupt("truncated EWAH bitmap")
-    except struct.error as exc:
-        raise SplitCorrupt("truncated EWAH bitmap") from exc
-    positions: list[int] = []
-    pos = 0
-    at = 0
-    while at < words:
-        marker = buffer[at]
-        run = (marker >> 1) & 0xFFFFFFFF
-        literals = marker >> 33
-        if marker & 1:
-            positions.extend(range(pos, pos + 64 * run))
-        pos += 64 * run
-        at += 1
-        if at + literals > words:
-            raise SplitCorrupt("EWAH bitmap overruns its buffer")
-        for word in buffer[at : at + literals]:
-            while word:
-                low = word & -word
-                positions.append(pos + low.bit_length() - 1)
-                word ^= low
-            pos += 64
-        at += literals
-    return positions, end
-
-
-def ewah_encode(bitmap: bytearray, nbits: int) -> bytes:
-    """``bitmap`` (bit i in byte i // 8, least significant first) as an EWAH bitmap.
-
-    One marker, then every word as a literal: a few KB for a 100k-entry base, written
-    without a loop in Python (git reads any valid encoding)."""
-    words = array.array("Q", bytes(bitmap))
-    words.byteswap()  # on disk each 64-bit word is big-endian
-    count = len(words)
-    marker = struct.pack(">Q", count << 33)
-    return struct.pack(">II", nbits, count + 1) + marker + words.tobytes() + struct.pack(">I", 0)
+# -- the split part ------------------------------------------------------------------------
 
 
 def _bitmap(count: int) -> bytearray:
     return bytearray(((count + 63) // 64) * 8)
-
-
-# -- entries -------------------------------------------------------------------------------
-
-
-@dataclass
-class Link:
-    base: bytes  # the shared index's checksum
-    deleted: list[int]
-    replaced: list[int]
-
-
-def parse_link(payload: bytes) -> Link:
-    if len(payload) < 20:
-        raise SplitCorrupt("link extension too short")
-    if len(payload) == 20:
-        return Link(payload, [], [])
-    deleted, off = ewah_decode(payload, 20)
-    replaced, off = ewah_decode(payload, off)
-    if off != len(payload):
-        raise SplitCorrupt("garbage after the link extension's bitmaps")
-    return Link(payload[:20], deleted, replaced)
-
-
-# -- the split part ------------------------------------------------------------------------
 
 
 class SplitState:

@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 HUMAN = "@human"
 KINDS = ("message", "status")
 MESSAGE_ID_RE = re.compile(r"m-[0-9a-z]{26}")
-_DURATION_RE = re.compile(r"^\s*\d+(?:\.\d+)?\s*[smhdw]\s*$")
 
 
 @dataclass(frozen=True)
@@ -332,53 +331,6 @@ def delete(ws: Workspace, conv_id: str, msg_id: str) -> Message:
     path.unlink()
     _commit(ws, conv_id, "mail-delete", [path], [msg])
     return msg
-
-
-def parse_since(text: str, at: dt.datetime | None = None) -> dt.datetime:
-    """``since`` as an ISO date/time (UTC unless given) or a duration ago (``30m``, ``2d``)."""
-    from jpfs.services.conversations.lifecycle import parse_duration
-
-    raw = str(text).strip()
-    if _DURATION_RE.match(raw):
-        return (at or now()) - parse_duration(raw)
-    try:
-        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise FormatError(
-            f"bad since {text!r}: use an ISO date/time (2026-01-31T12:00Z) or a duration (2h)"
-        ) from None
-    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-
-
-def select(
-    ws: Workspace,
-    conv_id: str,
-    *,
-    sender: str | None = None,
-    kind: str | None = None,
-    unread: bool | None = None,
-    since: str | dt.datetime | None = None,
-    text: str | None = None,
-) -> list[Message]:
-    """Messages of ``conv_id`` matching every given criterion (``mail filter``)."""
-    if kind is not None and kind not in KINDS:
-        raise FormatError(f"unknown message kind {kind!r} (use {' or '.join(KINDS)})")
-    after = parse_since(since) if isinstance(since, str) else since
-    needle = text.casefold() if text else None
-    out = []
-    for msg in messages(ws, conv_id):
-        if sender is not None and msg.sender != sender:
-            continue
-        if kind is not None and msg.kind != kind:
-            continue
-        if unread is not None and msg.read == unread:
-            continue
-        if after is not None and msg.created < after:
-            continue
-        if needle is not None and needle not in f"{msg.subject}\n{msg.body}".casefold():
-            continue
-        out.append(msg)
-    return out
 
 
 def pending_input(ws: Workspace, conv_id: str) -> list[Message]:

@@ -24,8 +24,8 @@ from jpfs.core import frontmatter, ids, locks, scope, tree
 from jpfs.core.conversation import RESULT, Conversation, now
 from jpfs.core.state import State
 from jpfs.errors import Cancelled, JpfsError
-from jpfs.services.conversations import mail
-from jpfs.services.forks import branches
+from jpfs.services.conversations import mail, mailfilter
+from jpfs.services.forks import diffs
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
@@ -48,7 +48,7 @@ def report_status(runner: RunContext, conv: Conversation, success: bool, text: s
     summary = text.strip()
     if len(summary) > SUMMARY_MAX:
         summary = summary[:SUMMARY_MAX] + f"\n[truncated: read result.md of {conv.id}]"
-    if stat := branches.diffstat(runner.ws, conv.id):  # branch workspaces: what merge brings
+    if stat := diffs.diffstat(runner.ws, conv.id):  # branch workspaces: what merge brings
         summary += f"\n\nbranch diff stat (merge with `merge`):\n{stat}"
     report = {"status": "idle", "success": success, "summary": summary}
     report["usage"] = runner.run_usage(conv)  # what this run cost, its sub-agents' included
@@ -79,7 +79,7 @@ def _report(ws: Workspace, parent: str, conv: Conversation, state: State) -> dic
     if state in (State.IDLE, State.FAILED):
         last = conv.last_event()
         seq = last.seq if last is not None else 0
-        for msg in reversed(mail.select(ws, parent, sender=conv.id, kind="status")):
+        for msg in reversed(mailfilter.select(ws, parent, sender=conv.id, kind="status")):
             if msg.event == seq:
                 try:
                     data = json.loads(msg.body)
@@ -171,7 +171,7 @@ def wait_settled(
             raise Cancelled(f"jp_await of {by} cancelled")
     read = [
         m
-        for m in mail.select(ws, by, kind="status", unread=True)
+        for m in mailfilter.select(ws, by, kind="status", unread=True)
         if m.id in {r.get("message_id") for r in reports.values()}
     ]
     mail.mark_read(ws, by, read)

@@ -44,6 +44,7 @@ from jpfs.services.daemon.lasterror import LastError
 from jpfs.services.daemon.pool import Job, Pool
 from jpfs.services.daemon.reconciler import Reconciler
 from jpfs.services.daemon.shared import SharedRecord
+from jpfs.services.daemon.statuswriter import StatusWriter
 from jpfs.services.daemon.watcher import watch
 from jpfs.services.run.app import App, default
 from jpfs.services.workspace import policy
@@ -90,8 +91,7 @@ class Daemon:
         )
         self._watcher: threading.Thread | None = None
         self._watching = threading.Event()
-        self._last_status = 0.0
-        self._last_key = ""
+        self.status_writer = StatusWriter()  # daemon.json
         self.catching_up = False  # ready, still looking at what changed while stopped
         self.queries: queryserver.QueryServer | None = None  # `jpfs query` handed over
         self.shared: SharedRecord | None = None  # sync.remote set: peers share the record
@@ -337,54 +337,8 @@ class Daemon:
         self.write_status()
 
     def write_status(self, force: bool = False) -> None:
-        """Refresh daemon.json: within 0.25 s of a change, else every 2 s (times move on)."""
-        now = time.time()
-        if not force and now - self._last_status < 0.25:
-            return
-        jobs, queued = self.pool.snapshot()
-        agents = []
-        for job in jobs:
-            runner = job.info.get("runner")
-            agents.append(
-                {
-                    "id": job.conv_id,
-                    "agent": job.info.get("agent", ""),
-                    "model": job.info.get("model", ""),
-                    "since": process.iso(job.started),
-                    "elapsed": round(now - job.started, 1),
-                    "provider_calls": getattr(runner, "provider_calls", 0),
-                    "tokens": getattr(runner, "tokens", 0),
-                    "note": getattr(runner, "last_note", ""),
-                }
-            )
-        data: dict[str, Any] = {
-            "pid": os.getpid(),
-            "ready": self.ready.is_set() and not self.stop.is_set(),
-            "catching_up": self.catching_up,
-            "stopping": self.stop.is_set(),
-            "started": self.stats.started,
-            "started_at": process.iso(self.stats.started),
-            "workspace": str(self.ws.root),
-            "max_agents": self.pool.size,
-            "agents_running": len(agents),
-            "agents": agents,
-            "queue": queued,
-            "runs": self.stats.runs,
-            "failures": self.stats.failures,
-            "scans": self.reconciler.scans,
-            "last_scan_s": round(self.reconciler.last_scan_seconds, 3),
-            "conversations": len(self.reconciler.seen),
-            "last_error": self.errors.shown(self.ws.conv_root),
-            # What of .jpfs/ the last good copy stands in for (jpfs.services.workspace.policy).
-            "policy": dict(sorted(self.ws.notes.items())),
-        }
-        if self.shared is not None:
-            data["sync"] = self.shared.engine.status()
-        key = repr({**data, "agents": [{**a, "elapsed": 0} for a in agents]})
-        if not force and key == self._last_key and now - self._last_status < 2.0:
-            return
-        self._last_status, self._last_key = now, key
-        process.write_status(self.files, {**data, "updated_at": process.iso(now)})
+        """Refresh daemon.json (:mod:`jpfs.services.daemon.statuswriter` says when)."""
+        self.status_writer.write(self, force)
 
 
 # -- logging -------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ carry conversation files (they are excluded from ``git add``), so merging a bran
 never rewrite the shared record. A worktree is (re)created on demand from the recorded
 branch and ``base``, so a crash mid-creation or a gc'ed worktree heals on the next run.
 
-Merging is in :mod:`jpfs.services.forks.merge`; discard and gc in :mod:`jpfs.services.forks.worktrees`.
+Merging is in :mod:`jpfs.services.forks.merge`; discard and gc in :mod:`jpfs.services.forks.worktrees`;
+what a branch changed in :mod:`jpfs.services.forks.diffs`.
 """
 
 from __future__ import annotations
@@ -373,41 +374,3 @@ def commit_edits(
         sha = commit_tree(wt, tree, [head], subject, trailers, author=author)
         git.run(wt, ["update-ref", "-m", f"commit: {subject}", "HEAD", sha, head])
     return sha
-
-
-# -- diffs ---------------------------------------------------------------------------------
-
-
-def since(ws: Workspace, conv_id: str) -> tuple[Fork, str]:
-    """The fork and the commit its changes are counted from: the merge base with its
-    merge target (what a merge would bring), or its recorded base."""
-    fork = require_fork(ws, conv_id)
-    if fork.discarded:
-        raise StateError(f"the branch of {conv_id!r} was discarded")
-    if rev(ws.root, fork.ref) is None:
-        raise GitError(f"branch {fork.branch} of {conv_id!r} is missing: discard it")
-    parent = enclosing_fork(ws, ids.parent(conv_id))
-    target = "HEAD" if parent is None else parent.ref
-    found = git.run(ws.root, ["merge-base", target, fork.ref], ok=(0, 1))
-    start = found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else fork.base
-    if start is None:
-        raise GitError(f"conversation {conv_id!r} records no base commit")
-    return fork, start
-
-
-def diff(ws: Workspace, conv_id: str, *, stat: bool = False) -> str:
-    """The committed changes of ``conv_id``'s branch (patch, or ``--stat`` summary)."""
-    fork, start = since(ws, conv_id)
-    mode = ["--stat=100"] if stat else ["--patch"]
-    return git.run(ws.root, ["diff", "--no-color", "--no-ext-diff", *mode, start, fork.ref]).stdout
-
-
-def diffstat(ws: Workspace, conv_id: str) -> str:
-    """The diff stat for the status mail; "" for conversations without a branch."""
-    if fork_of(ws, conv_id) is None:
-        return ""
-    try:
-        text = diff(ws, conv_id, stat=True).rstrip()
-    except GitError as exc:
-        return f"(no diff: {exc})"
-    return text or "no changes"

@@ -17,7 +17,7 @@ from jpfs.core import tree, usage
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError
-from jpfs.services.conversations.mail import parse_since
+from jpfs.services.conversations.mailfilter import parse_since
 
 GROUPS = ("conversation", "model")
 

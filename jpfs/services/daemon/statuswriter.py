@@ -1,0 +1,95 @@
+"""daemon.json as a running daemon writes it: what ``jpfs daemon status`` and ``jpfs top``
+show of it (its runs, queue, scans, last error, sync), refreshed within 0.25 s of a
+change, else every 2 s.
+
+The daemon (:class:`jpfs.services.daemon.service.Daemon`) is seen through
+:class:`Shown`, the parts of it the status reads, so this module imports nothing above
+it; the file itself is written by :func:`jpfs.services.daemon.process.write_status`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Protocol
+
+from jpfs.core.workspace import Workspace
+from jpfs.services.daemon import process
+from jpfs.services.daemon.lasterror import LastError
+from jpfs.services.daemon.pool import Pool
+from jpfs.services.daemon.reconciler import Reconciler
+from jpfs.services.daemon.shared import SharedRecord
+
+
+class Shown(Protocol):
+    """What of a daemon its status shows."""
+
+    ws: Workspace
+    files: process.Files
+    pool: Pool
+    reconciler: Reconciler
+    errors: LastError
+    stats: process.Stats
+    ready: threading.Event
+    stop: threading.Event
+    catching_up: bool
+    shared: SharedRecord | None
+
+
+class StatusWriter:
+    """Writes a daemon's daemon.json, skipping writes that would change nothing."""
+
+    def __init__(self) -> None:
+        self._last_status = 0.0
+        self._last_key = ""
+
+    def write(self, daemon: Shown, force: bool = False) -> None:
+        """Refresh daemon.json: within 0.25 s of a change, else every 2 s (times move on)."""
+        now = time.time()
+        if not force and now - self._last_status < 0.25:
+            return
+        jobs, queued = daemon.pool.snapshot()
+        agents = []
+        for job in jobs:
+            runner = job.info.get("runner")
+            agents.append(
+                {
+                    "id": job.conv_id,
+                    "agent": job.info.get("agent", ""),
+                    "model": job.info.get("model", ""),
+                    "since": process.iso(job.started),
+                    "elapsed": round(now - job.started, 1),
+                    "provider_calls": getattr(runner, "provider_calls", 0),
+                    "tokens": getattr(runner, "tokens", 0),
+                    "note": getattr(runner, "last_note", ""),
+                }
+            )
+        data: dict[str, Any] = {
+            "pid": os.getpid(),
+            "ready": daemon.ready.is_set() and not daemon.stop.is_set(),
+            "catching_up": daemon.catching_up,
+            "stopping": daemon.stop.is_set(),
+            "started": daemon.stats.started,
+            "started_at": process.iso(daemon.stats.started),
+            "workspace": str(daemon.ws.root),
+            "max_agents": daemon.pool.size,
+            "agents_running": len(agents),
+            "agents": agents,
+            "queue": queued,
+            "runs": daemon.stats.runs,
+            "failures": daemon.stats.failures,
+            "scans": daemon.reconciler.scans,
+            "last_scan_s": round(daemon.reconciler.last_scan_seconds, 3),
+            "conversations": len(daemon.reconciler.seen),
+            "last_error": daemon.errors.shown(daemon.ws.conv_root),
+            # What of .jpfs/ the last good copy stands in for (jpfs.services.workspace.policy).
+            "policy": dict(sorted(daemon.ws.notes.items())),
+        }
+        if daemon.shared is not None:
+            data["sync"] = daemon.shared.engine.status()
+        key = repr({**data, "agents": [{**a, "elapsed": 0} for a in agents]})
+        if not force and key == self._last_key and now - self._last_status < 2.0:
+            return
+        self._last_status, self._last_key = now, key
+        process.write_status(daemon.files, {**data, "updated_at": process.iso(now)})
