@@ -24,6 +24,7 @@ from jpfs.infra.git import refs
 from jpfs.services.daemon import actions
 from jpfs.services.daemon.actions import Need, Verdict
 from jpfs.services.daemon.pool import Pool
+from jpfs.services.sync import cycling
 from jpfs.services.sync.claims import Claims
 from jpfs.services.sync.engine import SyncEngine
 
@@ -59,7 +60,7 @@ class SharedRecord:
             self.engine.incarnation,
         )
         self._thread = threading.Thread(
-            target=self.engine.loop, args=(self._stop,), name="jpfs-sync", daemon=True
+            target=cycling.run, args=(self.engine, self._stop), name="jpfs-sync", daemon=True
         )
         self._thread.start()
 

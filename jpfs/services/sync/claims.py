@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from jpfs.core.workspace import Workspace
 from jpfs.errors import LockError
+from jpfs.services.sync import cycling
 from jpfs.services.sync.engine import SyncEngine
 
 log = logging.getLogger("jpfs.services.sync")
@@ -63,7 +64,7 @@ class Claims:
                 made = SyncEngine(ws)
                 stop = threading.Event()
                 thread = threading.Thread(
-                    target=made.loop, args=(stop,), name="jpfs-sync-runs", daemon=True
+                    target=cycling.run, args=(made, stop), name="jpfs-sync-runs", daemon=True
                 )
                 own = self._own[key] = _Own(made, stop, thread)
                 thread.start()

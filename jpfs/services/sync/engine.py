@@ -354,42 +354,6 @@ class SyncEngine:
     def wait_for(self, conv_id: str) -> float:
         return self.book.wait_for(conv_id)
 
-    # -- the daemon's thread -------------------------------------------------------------------
-    def loop(self, stop: threading.Event) -> None:
-        """Cycle until ``stop``: every ``interval``, or at once when woken."""
-        woken = False
-        while not stop.is_set():
-            self.wake.clear()
-            began, failed = time.monotonic(), True
-            try:
-                self.sync_once(eager=woken)
-                self.sweep()
-                self.stats.last_error = ""
-                failed = False
-            except JpfsError as exc:
-                self.stats.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                log.warning(
-                    "sync: %s (working locally; trying again in %gs)",
-                    self.stats.last_error,
-                    self.interval,
-                )
-            except Exception as exc:  # a bug: say so, keep sharing (leases must be renewed)
-                log.exception("sync cycle failed")
-                self.stats.last_error = (
-                    f"internal error in jpfs ({type(exc).__name__}); see the log"
-                )
-            # Cycles start every ``interval`` (new work is noticed within one interval,
-            # not one plus a cycle), at least a quarter of it apart; after a failure, a
-            # whole interval from its end.
-            spent = time.monotonic() - began
-            woken = self.wake.wait(
-                self.interval if failed else max(self.interval / 4, self.interval - spent)
-            )
-        try:
-            self.sync_once()  # hand back what we hold
-        except JpfsError as exc:
-            log.warning("sync at stop: %s", exc)
-
     def sweep(self) -> None:
         """Delete the released leases seen unchanged for ``tombstone_age`` seconds (any
         machine may: each deletion is a compare-and-swap of its own)."""
