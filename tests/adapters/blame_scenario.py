@@ -13,6 +13,7 @@ from typing import Any
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import open_workspace
 from tests.conftest import Result, git, write_profile
+from tests.services.test_branches import TOP  # the same delegating top agent
 
 IMPL = """
 model = "script-impl"
@@ -63,19 +64,6 @@ text = "a helper"
 tool_calls = [{ name = "jp_query", input = { config = "impl", query = "gamma" } }]
 [[script.turns]]
 text = "outer done"
-"""
-
-TOP = """
-model = "script"
-provider = "script"
-[tools]
-allow = ["jp_query"]
-agents = ["outer"]
-[[script.turns]]
-text = "delegating"
-tool_calls = [{ name = "jp_query", input = { config = "outer", query = "outer work" } }]
-[[script.turns]]
-text = "top done"
 """
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,7 +70,11 @@ def test_the_cli_refuses_an_example_until_it_is_allowed(
         refused(name, result.stderr)
     assert served.requests == [] and conversations(ws) == before
 
-    allow(cli, name)
+    # The refusal names the command that allows it: run as written.
+    command = shlex.split(result.stderr.split("`")[1])
+    assert command[:4] == ["jpfs", "config", "set", "agents.allowed"], command
+    done = cli(*command[1:])
+    assert done.code == 0, done.stderr
     result = cli("query", "--new", "--agent", name, "hi")
     assert result.code == 0, result.stderr
     assert result.stdout.strip() == "found it"

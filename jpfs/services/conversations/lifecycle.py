@@ -77,11 +77,13 @@ def require_allowed(
     if parent is None:
         allowed = [str(a) for a in ws.config["agents.allowed"]]
         where = "agents.allowed"
-        hint = hint or "add it to agents.allowed to run it"
+        listed = ", ".join(f'"{a}"' for a in [*allowed, agent])
+        hint = hint or f"to run it, `jpfs config set agents.allowed '[{listed}]'`"
     else:
         allowed = [str(a) for a in Conversation(ws.conv_root, parent).config.get("tools", {})
                    .get("agents", [])]  # fmt: skip
         where = f"the agents {parent!r} may call"
+        hint = hint or f"name one of those, or add it to [tools] agents of {parent!r}'s profile"
     if agent not in allowed:
         suffix = f": {hint}" if hint else ""
         raise ProfileError(

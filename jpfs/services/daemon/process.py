@@ -231,7 +231,7 @@ def stop(files: Files, *, timeout: float = 60.0, force: bool = False) -> int | N
     pause = threading.Event()
     # Its lock first (the agents' steps end before it), then the process itself: a script
     # that stops a daemon and goes on must not find it still exiting.
-    while is_running(files) or _exists(pid):
+    while is_running(files) or running(pid):
         if time.monotonic() > deadline:
             raise DaemonError(
                 f"the daemon (pid {pid}) is still finishing its agents' current steps after"
@@ -241,14 +241,24 @@ def stop(files: Files, *, timeout: float = 60.0, force: bool = False) -> int | N
     return pid
 
 
-def _exists(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie awaiting its reaper does not; without /proc,
-    the lock alone says)."""
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs. A zombie (dead, its reaper not done yet, which
+    in a container may be never) does not; without /proc, whether the kernel knows it."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return False  # gone
     except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _signal(pid: int, sig: int) -> None:

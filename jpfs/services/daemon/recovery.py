@@ -17,21 +17,12 @@ import re
 from pathlib import Path
 
 from jpfs.core.workspace import Workspace
+from jpfs.services.daemon import process
 
 log = logging.getLogger("jpfs.services.daemon")
 
 _TMP_RE = re.compile(r"^\..*\.(\d+)\.jpfs-tmp$")
 _GENERATED_RE = re.compile(r"^[a-z]{1,8}-[0-9a-hjkmnp-tv-z]{26}$")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sweep_debris(ws: Workspace) -> int:
@@ -45,7 +36,7 @@ def sweep_debris(ws: Workspace) -> int:
     for top, _dirs, names in os.walk(ws.conv_root, topdown=False):
         for name in names:
             m = _TMP_RE.match(name)
-            if m and not pid_alive(int(m.group(1))):
+            if m and not process.running(int(m.group(1))):
                 try:
                     os.unlink(os.path.join(top, name))
                     count += 1

@@ -85,10 +85,11 @@ def query(
         if parent is not None:
             parent = scope.resolve(ws.conv_root, parent)
         target = ids.join(parent, segment or ids.generate())
-        name = agent or str(ws.config["conversations.default_agent"])
-        if parent is None:
-            lifecycle.require_allowed(ws, name)
         if budget_tokens is not None or budget_usd is not None:
+            # The config is built here, so new_conversation does not check the agent.
+            name = agent or str(ws.config["conversations.default_agent"])
+            if parent is None:
+                lifecycle.require_allowed(ws, name)
             caller = Conversation(ws.conv_root, parent) if parent is not None else None
             base = lifecycle.agent_config(ws, name, overrides, onboarding_enabled)
             config = budgets.for_child(ws, caller, base, budget_tokens, budget_usd)

@@ -99,6 +99,12 @@ class SyncEngine:
         self.tombstone_age = max(2 * lease, TOMBSTONE_MIN_AGE)
         self._swept = time.monotonic()
         self.claimer = Claimer(self)
+        if refs.resolve(self.repo, self.track_record) is None:
+            # Never synced here, but cloned or fetched with git: that is a view of the
+            # remote's record too (a push that trusts it is still a compare-and-swap).
+            cloned = refs.resolve(self.repo, f"refs/remotes/{self.remote}/{self.branch}")
+            if cloned is not None:
+                git.run(self.repo, ["update-ref", self.track_record, cloned, ""], check=False)
 
     # -- one cycle ---------------------------------------------------------------------------
     def sync_once(
@@ -145,12 +151,6 @@ class SyncEngine:
         nothing set aside to merge first (a push could then only fail or add)."""
         ours = refs.resolve(self.repo, f"refs/heads/{self.branch}")
         theirs = refs.resolve(self.repo, self.track_record)
-        if theirs is None:
-            # Never synced here, but cloned or fetched with git: that is a view too.
-            cloned = refs.resolve(self.repo, f"refs/remotes/{self.remote}/{self.branch}")
-            if cloned is not None:
-                git.run(self.repo, ["update-ref", self.track_record, cloned, ""], check=False)
-                theirs = refs.resolve(self.repo, self.track_record)
         if ours is None or theirs is None or ours == theirs or self.book.forfeits():
             return False
         return refs.is_ancestor(self.repo, theirs, ours)
