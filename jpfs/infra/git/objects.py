@@ -17,7 +17,7 @@ from pathlib import Path
 import pygit2
 
 from jpfs.errors import GitError, RepositoryFault
-from jpfs.infra.git import identity
+from jpfs.infra.git import identity, refs
 
 _TREE = pygit2.GIT_OBJECT_TREE
 
@@ -29,7 +29,7 @@ def blob_id(data: bytes) -> str:
 
 def _open(repo: Path) -> pygit2.Repository:
     try:
-        return pygit2.Repository(str(repo))
+        return refs.repository(repo)
     except pygit2.GitError as exc:
         raise GitError(f"{repo} is not a git repository") from exc
 

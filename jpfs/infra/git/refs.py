@@ -18,7 +18,7 @@ from jpfs.errors import GitError
 def resolve(repo: Path, ref: str) -> str | None:
     """The commit ``ref`` names, or None when there is no such ref (in process)."""
     try:
-        reference = _open(repo).references.get(ref)
+        reference = repository(repo).references.get(ref)
         return None if reference is None else str(reference.peel(pygit2.Commit).id)
     except (pygit2.GitError, KeyError, ValueError) as exc:
         raise GitError(f"cannot read {ref} in {repo}: {exc}") from exc
@@ -29,7 +29,7 @@ def is_ancestor(repo: Path, older: str, newer: str) -> bool:
     if older == newer:
         return True
     try:
-        return bool(_open(repo).descendant_of(newer, older))
+        return bool(repository(repo).descendant_of(newer, older))
     except (pygit2.GitError, KeyError, ValueError) as exc:
         raise GitError(f"cannot compare {older[:12]} and {newer[:12]}: {exc}") from exc
 
@@ -41,7 +41,7 @@ def ahead_behind(repo: Path, local: str, upstream: str) -> tuple[int, int]:
     if ours is None or theirs is None:
         return 0, 0
     try:
-        ahead, behind = _open(repo).ahead_behind(ours, theirs)
+        ahead, behind = repository(repo).ahead_behind(ours, theirs)
     except (pygit2.GitError, KeyError, ValueError) as exc:
         raise GitError(f"cannot compare {local} and {upstream}: {exc}") from exc
     return int(ahead), int(behind)
@@ -53,7 +53,7 @@ def messages_under(repo: Path, prefix: str) -> dict[str, tuple[str, str]]:
     fetch."""
     out: dict[str, tuple[str, str]] = {}
     try:
-        handle = _open(repo)
+        handle = repository(repo)
         for reference in handle.references.iterator():
             if not reference.name.startswith(prefix):
                 continue
@@ -72,7 +72,7 @@ def changed_since_fork(repo: Path, ours: str, theirs: str, path: str) -> bool:
     if ours == theirs:
         return False
     try:
-        handle = _open(repo)
+        handle = repository(repo)
         if handle.descendant_of(ours, theirs):
             return False
         base = handle.merge_base(ours, theirs)
@@ -91,9 +91,10 @@ def _entry(handle: pygit2.Repository, commit: str | pygit2.Oid, path: str) -> st
         return None
 
 
-def _open(repo: Path) -> pygit2.Repository:
-    # A fresh handle per call: cheap, always sees the refs on disk, and pygit2 handles
-    # are not to be shared between threads.
+def repository(repo: Path) -> pygit2.Repository:
+    """A pygit2 handle on ``repo`` (its errors are the caller's to translate). A fresh
+    handle per call: cheap, always sees the refs on disk, and pygit2 handles are not to
+    be shared between threads."""
     return pygit2.Repository(str(repo))
 
 
@@ -101,7 +102,7 @@ def read_files(repo: Path, rev: str, paths: Iterable[str]) -> dict[str, bytes]:
     """The contents of those ``paths`` that are files in ``rev`` (a full ref name or a
     commit id), read in process: one tree lookup each, however large the tree."""
     try:
-        handle = _open(repo)
+        handle = repository(repo)
         if rev.startswith("refs/"):
             reference = handle.references.get(rev)
             if reference is None:
