@@ -58,9 +58,6 @@ CHILD_LOCK_WAIT = 600.0
 FAULT_RETRY_MAX = 60.0
 
 
-# Keys a running daemon cannot change under itself; a change waits for the next start.
-
-
 class Daemon:
     def __init__(self, ws: Workspace, cfg: Sequence[str] = (), app: App | None = None) -> None:
         self.ws = ws
@@ -341,7 +338,7 @@ class Daemon:
         self.status_writer.write(self, force)
 
 
-# -- logging -------------------------------------------------------------------------------------
+# -- entry point ---------------------------------------------------------------------------------
 
 
 def serve(app: App, ws: Workspace, *, stderr: bool, cfg: Sequence[str] = ()) -> int:
