@@ -246,6 +246,7 @@ def populate(ws_root: Path, conversations: int, events: int, *, seed: int = 1) -
                 encoding="utf-8",
             )
             files += 1
+            matches += NEEDLE in body  # with two events, the result is the needle's turn
         files += events + 2
     # Committed on the record (the conversation root is its worktree), as by hand.
     git(conv_root, "add", "-A")

@@ -98,3 +98,48 @@ def test_the_library_refuses_an_example_until_it_is_allowed(
     allow(cli, name)
     assert api.call(name, "hi", workspace_dir=ws).strip() == "found it"
     assert len(served.requests) == 1
+
+
+LEAD = """\
+description = "A lead that delegates to {name}."
+model = "claude-test"
+[onboarding]
+enabled = false
+[tools]
+agents = ["{name}"]
+"""
+
+
+def test_a_child_the_user_starts_takes_an_agent_allowed_or_named_by_its_parent(
+    ws: Path, cli: Callable[..., Result], served: ChatServer
+) -> None:
+    """Under a parent, the user (CLI, library) may start a profile in agents.allowed or
+    in the parent profile's [tools] agents, and no other: a child is no way around a
+    profile that is off. (A caller confined by --root-id is a tool script, whose own
+    enum checked the profile: the seeds' jp_query.)"""
+    name = "openai-researcher"
+    parent = cli("conversation", "new", "--agent", "default", "--no-activate").stdout.strip()
+    before = sorted(p.name for p in (ws / "conversations" / parent).iterdir())
+    result = cli("conversation", "new", "--parent", parent, "--agent", name)
+    assert result.code == 1, result.stdout
+    assert result.stderr.count("\n") == 1, result.stderr
+    listed = ", ".join(SCHEMA["agents.allowed"].default)  # the parent's are among them
+    assert (
+        f"agent {name!r} is not in agents.allowed or the agents {parent!r} may call"
+        f" ({listed}): name one of those, or add it to agents.allowed or"
+        f" to [tools] agents in the profile of {parent!r}"
+    ) in result.stderr, result.stderr
+    with pytest.raises(ProfileError, match=f"the agents '{parent}' may call"):
+        api.onboard(name, "Our service is slow.", parent=parent, workspace_dir=ws)
+    assert served.requests == []
+    assert sorted(p.name for p in (ws / "conversations" / parent).iterdir()) == before
+
+    # A parent whose profile names it may have it started below.
+    (ws / ".jpfs" / "agents" / "lead.toml").write_text(LEAD.format(name=name), encoding="utf-8")
+    allow(cli, "lead")
+    lead = cli("conversation", "new", "--agent", "lead", "--no-activate").stdout.strip()
+    child = cli("conversation", "new", "--parent", lead, "--agent", name, "--no-activate")
+    assert child.code == 0 and child.stdout.strip().startswith(lead + "/"), child.stderr
+    result = cli("query", "--id", child.stdout.strip(), "hi")
+    assert result.code == 0 and result.stdout.strip() == "found it", result.stderr
+    assert len(served.requests) == 1

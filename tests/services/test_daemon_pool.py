@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 from jpfs.core.workspace import open_workspace
+from jpfs.infra.git.objects import Tip
 from jpfs.services.daemon.pool import FairQueue, Job, Pool
 from jpfs.services.daemon.reconciler import Reconciler
-from jpfs.services.daemon.watcher import CLOSED
-from tests.conftest import no_thread_leak, wait_until
+from jpfs.services.daemon.watcher import CLOSED, MODIFIED
+from tests.conftest import git, no_thread_leak, wait_until
 
 
 def test_a_busy_subtree_does_not_starve_the_others() -> None:
@@ -121,6 +122,41 @@ def test_a_change_is_looked_at_now_even_when_a_later_look_was_due(ws: Path) -> N
         reconciler.backoff["locked"] = 0.1
         reconciler.note_change("locked/files/note-0.md", CLOSED, False)
         assert reconciler.due["locked"] == later
+    finally:
+        pool.stop()
+        assert pool.join(5.0)
+
+
+def test_files_waiting_to_settle_are_looked_at_again_when_the_sync_moves_the_record(
+    ws: Path,
+) -> None:
+    """A merge writes a peer's files before it moves the branch: seen in between, such a
+    file is no file of the record's yet and waits a settle like a human's save. When the
+    sync says the record moved, it is looked at again at once; a human's save still in
+    progress keeps waiting."""
+    workspace = open_workspace(ws)
+    pool = Pool(1, lambda job: None, lambda conv_id: None)
+    try:
+        reconciler = Reconciler(workspace, pool, debounce=0.05, settle=120.0, scan_interval=30.0)
+        reconciler.head = Tip(workspace.conv_root)
+        for conv_id in ("merged", "draft"):
+            (workspace.conv_root / conv_id).mkdir()
+            (workspace.conv_root / conv_id / "task.md").write_text("# Hi\n", encoding="utf-8")
+            reconciler.note_change(f"{conv_id}/task.md", MODIFIED, False)  # not closed yet
+        reconciler.process_due()
+        later = time.monotonic() + 60
+        assert reconciler.due["merged"] > later and reconciler.due["draft"] > later
+
+        # What the merge wrote becomes the record's (the branch moves), the draft not.
+        git(workspace.conv_root, "add", "merged/task.md")
+        git(workspace.conv_root, "commit", "-q", "-m", "a peer's task")
+        reconciler.record_moved()
+        reconciler.handle(reconciler.inbox.get_nowait())
+        now = time.monotonic()
+        assert reconciler.due["merged"] <= now and reconciler.due["draft"] <= now
+        reconciler.process_due()
+        assert "merged" not in reconciler.due  # looked at: no longer waiting
+        assert reconciler.due["draft"] > time.monotonic() + 60  # still a save in progress
     finally:
         pool.stop()
         assert pool.join(5.0)

@@ -44,6 +44,7 @@ def new(
         tmp=lifecycle.parse_duration(tmp) if tmp else None,
         activate=not no_activate,
         onboarding=False if no_onboard else None,
+        scoped=within is not None,
     )
     out(conv.id)
 

@@ -69,26 +69,33 @@ def agent_config(
 def require_allowed(
     ws: Workspace, agent: str, parent: str | None = None, *, hint: str | None = None
 ) -> None:
-    """Refuse ``agent`` where its caller may not start it: at the top level (the CLI,
-    the library, a hand-written task.md) it must be in ``agents.allowed``, below
-    ``parent`` in the agents ``parent`` may call. Every path that gives a conversation
-    an agent from a profile asks here, so that a profile shipped off (the example
-    ``openai`` researchers) stays off until the user names it."""
+    """Refuse ``agent`` where the user may not start it: at the top level (the CLI, the
+    library, a hand-written task.md) it must be in ``agents.allowed``; below ``parent``,
+    in ``agents.allowed`` or in the agents ``parent``'s profile may call. Every path
+    that gives a conversation an agent from a profile for the user asks here (a calling
+    agent's tool checks its own list: jp_query, MCP), so that a profile shipped off
+    (the example ``openai`` researchers) stays off until the user names it."""
+    allowed = [str(a) for a in ws.config["agents.allowed"]]
+    if agent in allowed:
+        return
     if parent is None:
-        allowed = [str(a) for a in ws.config["agents.allowed"]]
         where = "agents.allowed"
         listed = ", ".join(f'"{a}"' for a in [*allowed, agent])
         hint = hint or f"to run it, `jpfs config set agents.allowed '[{listed}]'`"
     else:
-        allowed = [str(a) for a in Conversation(ws.conv_root, parent).config.get("tools", {})
-                   .get("agents", [])]  # fmt: skip
-        where = f"the agents {parent!r} may call"
-        hint = hint or f"name one of those, or add it to [tools] agents of {parent!r}'s profile"
-    if agent not in allowed:
-        suffix = f": {hint}" if hint else ""
-        raise ProfileError(
-            f"agent {agent!r} is not in {where} ({', '.join(allowed) or 'none'}){suffix}"
+        called = Conversation(ws.conv_root, parent).config.get("tools", {}).get("agents", [])
+        if agent in [str(a) for a in called]:
+            return
+        allowed += [str(a) for a in called if str(a) not in allowed]
+        where = f"agents.allowed or the agents {parent!r} may call"
+        hint = hint or (
+            f"name one of those, or add it to agents.allowed or to [tools] agents in the"
+            f" profile of {parent!r}"
         )
+    suffix = f": {hint}" if hint else ""
+    raise ProfileError(
+        f"agent {agent!r} is not in {where} ({', '.join(allowed) or 'none'}){suffix}"
+    )
 
 
 def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
@@ -134,10 +141,13 @@ def new_conversation(
     extra: dict[str, Any] | None = None,
     commit: bool = True,
     author: Identity | None = None,
+    scoped: bool = False,
 ) -> Conversation:
     """Create a conversation (optionally with its task) and commit it.
 
-    ``author`` is who wrote the task: the user (None) or a calling agent.
+    ``author`` is who wrote the task: the user (None) or a calling agent. ``scoped``:
+    made for a caller confined to a subtree (``--root-id``, a seed's tool script), whose
+    tool checked the profile against its own list.
     """
     if commit:
         ws.ensure_record()  # refuse (old layout, SHA-256) before writing anything
@@ -147,11 +157,12 @@ def new_conversation(
     agent = agent or str(ws.config["conversations.default_agent"])
     made_here = config is None
     if config is None:
-        if ids.parent(full_id) is None:
-            # A child's agent is checked against its caller's rights where the caller
-            # acts (jp_query, MCP): the caller is not always the parent's profile (an
-            # MCP client under --root-id has its own list).
-            require_allowed(ws, agent)
+        if author is None and not scoped:
+            # The user's: checked here. A calling agent's child was checked against the
+            # caller's own rights where it acts (jp_query, MCP, a tool script's enum),
+            # which are not always the parent's profile (an MCP client under --root-id
+            # has its own list).
+            require_allowed(ws, agent, ids.parent(full_id))
         config = agent_config(ws, agent, overrides, onboarding)
     fields = {"base": head_commit(ws), **branches.plan(ws, full_id, config), **(extra or {})}
     conv = create(

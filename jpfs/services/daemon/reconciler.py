@@ -51,6 +51,7 @@ TOP_FILES = (TASK, ANSWERS, CONVERSATION_TOML)
 CHUNK = 32
 _DONE = "done"
 _RESCAN = "rescan"
+_MOVED = "moved"
 
 
 # What the daemon's waits take items from: see Reconciler.inbox for why not SimpleQueue.
@@ -118,6 +119,12 @@ class Reconciler:
     def request_scan(self) -> None:
         self.inbox.put((_RESCAN, ""))
 
+    def record_moved(self) -> None:
+        """The sync took a peer's record into ours. It writes the files, then moves the
+        branch: a file seen in between was no file of the record's yet and waits a whole
+        settle, as a human's save would; now it may be, so it is looked at again."""
+        self.inbox.put((_MOVED, ""))
+
     # -- the loop (reconciler thread) --------------------------------------------------
     def start(self, stop: threading.Event | None = None) -> None:
         """Look at every conversation that changed since the last daemon saw it (every
@@ -161,6 +168,12 @@ class Reconciler:
             self.due[item[1]] = time.monotonic() + item[2]
         elif isinstance(item, tuple) and item[0] == _RESCAN:
             self.scan(full=True)
+        elif isinstance(item, tuple) and item[0] == _MOVED:
+            now = time.monotonic()
+            for conv_id, due in self.due.items():
+                paced = conv_id in self.backoff or conv_id in self.fault_wait
+                if due > now and not paced and self.settling.paths(conv_id):
+                    self.due[conv_id] = now
 
     def note_change(self, path: str, kind: str, is_dir: bool) -> None:
         now = time.monotonic()

@@ -136,6 +136,7 @@ class Daemon:
                 self.app.claims,
                 look_again_in=self.look_again_in,
                 fail=self.fail,
+                record_moved=self.reconciler.record_moved,
             )
             self.reconciler.shared = True
             self.reconciler.spread = self.shared.engine.claimer.order

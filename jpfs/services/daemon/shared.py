@@ -40,12 +40,13 @@ class SharedRecord:
         *,
         look_again_in: Callable[[str, float], None],
         fail: Callable[[Conversation, str], None],
+        record_moved: Callable[[], None],
     ) -> None:
         self.ws = ws
         self.pool = pool
         self.look_again_in = look_again_in
         self.fail = fail
-        self.engine = SyncEngine(ws, on_lost=self._lost)
+        self.engine = SyncEngine(ws, on_lost=self._lost, on_moved=record_moved)
         # jpfs query handed to this daemon and its runs' jp_query claim through it too.
         self.claims = claims
         claims.adopt(self.engine, ws)

@@ -72,6 +72,7 @@ def query(
     on_text: Callable[[str | None], None] | None = None,
     budget_tokens: int | None = None,
     budget_usd: float | None = None,
+    scoped: bool = False,
 ) -> Outcome:
     """Create (no ``conv_id``) or continue a conversation with ``text`` and run it.
 
@@ -88,8 +89,8 @@ def query(
         if budget_tokens is not None or budget_usd is not None:
             # The config is built here, so new_conversation does not check the agent.
             name = agent or str(ws.config["conversations.default_agent"])
-            if parent is None:
-                lifecycle.require_allowed(ws, name)
+            if author is None and not scoped:  # a calling agent's tool checked its list
+                lifecycle.require_allowed(ws, name, parent)
             caller = Conversation(ws.conv_root, parent) if parent is not None else None
             base = lifecycle.agent_config(ws, name, overrides, onboarding_enabled)
             config = budgets.for_child(ws, caller, base, budget_tokens, budget_usd)
@@ -129,6 +130,7 @@ def query(
                 config=config,
                 extra=dict(extra or {}),
                 author=author,
+                scoped=scoped,
             )
         else:
             conv = Conversation(ws.conv_root, target)
@@ -179,7 +181,7 @@ def ask(
         agent = request.agent or str(ws.config["conversations.default_agent"])
         # Before the provider is built: a profile that is off says so, not that its
         # key is missing.
-        if within is None:
+        if within is None:  # under --root-id, the caller's tool checked its own list
             lifecycle.require_allowed(ws, agent)
         config = lifecycle.agent_config(ws, agent, (), request.onboard)
     tmp = lifecycle.parse_duration(request.tmp) if request.tmp else None
@@ -211,4 +213,5 @@ def ask(
         on_text=on_text,
         budget_tokens=request.budget_tokens,
         budget_usd=request.budget_usd,
+        scoped=within is not None,
     )

@@ -52,6 +52,7 @@ class SyncEngine:
         *,
         incarnation: str | None = None,
         on_lost: Callable[[str], None] | None = None,
+        on_moved: Callable[[], None] | None = None,
     ) -> None:
         self.ws = ws
         self.remote = str(ws.config["sync.remote"])
@@ -78,6 +79,7 @@ class SyncEngine:
         self.stats = SyncStats()
         self.timings = Timings()
         self.on_lost = on_lost or (lambda conv_id: None)
+        self.on_moved = on_moved or (lambda: None)  # a peer's record was taken into ours
         self.wake = threading.Event()
         # One pull (fetch + integrate) at a time, one push at a time, one fetch at a time
         # (git locks the tracking refs it writes); never one lock over a whole cycle: a
@@ -180,6 +182,8 @@ class SyncEngine:
                 )
             if outcome.kind == "merge":
                 self.stats.merges += 1
+            if outcome.kind in ("merge", "fast-forward"):
+                self.on_moved()
             if outcome.kind in ("merge", "fast-forward", "up-to-date"):
                 self.book.settled(forfeit)
             if outcome.conflicts:
