@@ -134,6 +134,10 @@ def test_a_child_the_user_starts_takes_an_agent_allowed_or_named_by_its_parent(
     assert served.requests == []
     assert sorted(p.name for p in (ws / "conversations" / parent).iterdir()) == before
 
+    # A tool script confined by --root-id checked the profile against its own enum.
+    scoped = cli("conversation", "new", "--root-id", parent, "--agent", name, "--no-activate")
+    assert scoped.code == 0 and scoped.stdout.strip().startswith(parent + "/"), scoped.stderr
+
     # A parent whose profile names it may have it started below.
     (ws / ".jpfs" / "agents" / "lead.toml").write_text(LEAD.format(name=name), encoding="utf-8")
     allow(cli, "lead")
