@@ -120,9 +120,8 @@ class Reconciler:
         self.inbox.put((_RESCAN, ""))
 
     def record_moved(self) -> None:
-        """The sync took a peer's record into ours. It writes the files, then moves the
-        branch: a file seen in between was no file of the record's yet and waits a whole
-        settle, as a human's save would; now it may be, so it is looked at again."""
+        """The sync took a peer's record in: a file seen after the merge wrote it and
+        before the branch moved waits a settle as a human's save; look at it again."""
         self.inbox.put((_MOVED, ""))
 
     # -- the loop (reconciler thread) --------------------------------------------------

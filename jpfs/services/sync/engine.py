@@ -91,8 +91,7 @@ class SyncEngine:
         self._pull_started = self._fetch_started = float("-inf")
         self._last_pull: Integration | None = None
         self._busy = ""  # why the last merge had to wait (said once, not every cycle)
-        # Commits about to be pushed are scanned for secrets first (jpfs.services.sync.leaks);
-        # what was scanned once is not scanned again.
+        # Commits to push are scanned for secrets, once each (jpfs.services.sync.leaks).
         self.scan = bool(ws.config["sync.scan"])
         self._scanned: set[str] = set()
         # When the fetch whose leases the book holds began; released leases are swept
@@ -102,8 +101,7 @@ class SyncEngine:
         self._swept = time.monotonic()
         self.claimer = Claimer(self)
         if refs.resolve(self.repo, self.track_record) is None:
-            # Never synced here, but cloned or fetched with git: that is a view of the
-            # remote's record too (a push that trusts it is still a compare-and-swap).
+            # Cloned or fetched with git: a view of the remote's record too (pushes stay CAS).
             cloned = refs.resolve(self.repo, f"refs/remotes/{self.remote}/{self.branch}")
             if cloned is not None:
                 git.run(self.repo, ["update-ref", self.track_record, cloned, ""], check=False)
@@ -180,9 +178,8 @@ class SyncEngine:
                     forfeit=prefixes,
                     aside=self.ws.local_dir / "forfeited",
                 )
-            if outcome.kind == "merge":
-                self.stats.merges += 1
             if outcome.kind in ("merge", "fast-forward"):
+                self.stats.merges += int(outcome.kind == "merge")
                 self.on_moved()
             if outcome.kind in ("merge", "fast-forward", "up-to-date"):
                 self.book.settled(forfeit)
