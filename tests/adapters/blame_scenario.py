@@ -13,7 +13,7 @@ from typing import Any
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import open_workspace
 from tests.conftest import Result, git, write_profile
-from tests.services.test_branches import TOP  # the same delegating top agent
+from tests.services.test_branches import OUTER, TOP  # a branch agent forking on its branch
 
 IMPL = """
 model = "script-impl"
@@ -44,26 +44,6 @@ text = "one implementer"
 tool_calls = [{ name = "jp_query", input = { config = "impl", query = "alpha" } }]
 [[script.turns]]
 text = "done"
-"""
-
-# A branch agent that writes its own file, then forks an implementer on a branch of
-# its branch (test_branches.py tells the same story without blame).
-OUTER = """
-model = "script-outer"
-provider = "script"
-workspace = "branch"
-[tools]
-allow = ["fs_write_file", "jp_query", "merge"]
-agents = ["impl"]
-write = ["**"]
-[[script.turns]]
-text = "my own file first"
-tool_calls = [{ name = "fs_write_file", input = { path = "outer.txt", content = "outer\\n" } }]
-[[script.turns]]
-text = "a helper"
-tool_calls = [{ name = "jp_query", input = { config = "impl", query = "gamma" } }]
-[[script.turns]]
-text = "outer done"
 """
 
 

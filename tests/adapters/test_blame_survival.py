@@ -29,6 +29,16 @@ def project(ws: Path) -> Path:
     return add_project(ws)
 
 
+def upstream(project: Path, base: str) -> None:
+    """Work the user's branch is later rebased onto: a commit on ``upstream`` from
+    ``base``; ``main`` checked out again."""
+    git(project, "checkout", "-q", "-b", "upstream", base)
+    (project / "other.txt").write_text("upstream work\n", encoding="utf-8")
+    git(project, "add", "other.txt")
+    git(project, "commit", "-q", "-m", "upstream")
+    git(project, "checkout", "-q", "main")
+
+
 def test_blame_survives_fast_forward_cherry_pick_rebase_and_squash(
     project: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -45,11 +55,7 @@ def test_blame_survives_fast_forward_cherry_pick_rebase_and_squash(
     assert_written_by(blame_json(cli, "shared.txt"), conv, project)
 
     # The user's branch is rebased after the merge: the commits are rewritten.
-    git(project, "checkout", "-q", "-b", "upstream", base)
-    (project / "other.txt").write_text("upstream work\n", encoding="utf-8")
-    git(project, "add", "other.txt")
-    git(project, "commit", "-q", "-m", "upstream")
-    git(project, "checkout", "-q", "main")
+    upstream(project, base)
     git(project, "rebase", "-q", "upstream")
     assert git(project, "rev-parse", "HEAD").strip() != git(project, "rev-parse", branch).strip()
     assert_written_by(blame_json(cli, "shared.txt"), conv, project)
@@ -72,11 +78,7 @@ def test_blame_survives_a_rebase_after_a_jpfs_merge_commit(
     assert git(project, "rev-list", "--parents", "-1", merged).split()[1:] == [
         base, git(project, "rev-parse", f"jpfs/{conv}/_").strip(),
     ]  # fmt: skip
-    git(project, "checkout", "-q", "-b", "upstream", base)
-    (project / "other.txt").write_text("upstream work\n", encoding="utf-8")
-    git(project, "add", "other.txt")
-    git(project, "commit", "-q", "-m", "upstream")
-    git(project, "checkout", "-q", "main")
+    upstream(project, base)
 
     # A plain rebase drops the merge commit and replays the agent's edit commits.
     git(project, "rebase", "-q", "upstream")

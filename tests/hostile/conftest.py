@@ -69,9 +69,15 @@ def assert_healthy(ws: Path) -> None:
     assert_fsck_clean(ws, "--strict")
 
 
-def start_conversation(ws: Path, conv_id: str, task: str = "Say hello.\n") -> Path:
+def start_conversation(
+    ws: Path, conv_id: str, task: str = "Say hello.\n", *, agent: str | None = None
+) -> Path:
+    """A conversation as a human starts one: ``task.md`` (with ``agent``, a
+    conversation.toml naming it, written first: a daemon acts once task.md appears)."""
     conv = ws / "conversations" / conv_id
     conv.mkdir(parents=True)
+    if agent is not None:
+        (conv / "conversation.toml").write_text(f'agent = "{agent}"\n', encoding="utf-8")
     (conv / "task.md").write_text(task, encoding="utf-8")
     return conv
 

@@ -77,10 +77,7 @@ def test_a_broken_profile_is_an_error_event_naming_it_and_others_go_on(
     good = (hostile_ws / ".jpfs" / "agents" / "careful.toml").read_text(encoding="utf-8")
     profile.write_text(good + "\n[tools\n", encoding="utf-8")
     with running_daemon(hostile_ws):
-        victim = hostile_ws / "conversations" / "victim"
-        victim.mkdir()
-        (victim / "conversation.toml").write_text('agent = "fresh"\n', encoding="utf-8")
-        (victim / "task.md").write_text("Say hello.\n", encoding="utf-8")
+        start_conversation(hostile_ws, "victim", agent="fresh")
         error = wait_error(hostile_ws, "victim", "fresh.toml", timeout=10)
         assert "Traceback" not in error
 

@@ -156,10 +156,7 @@ def test_garbage_from_an_openai_server_is_an_error_event(
 
     chat_server.responder = respond
     with running_daemon(hostile_ws):
-        conv = hostile_ws / "conversations" / "garbage"
-        conv.mkdir()
-        (conv / "conversation.toml").write_text('agent = "local"\n', encoding="utf-8")
-        (conv / "task.md").write_text("Garbage, please.\n", encoding="utf-8")
+        start_conversation(hostile_ws, "garbage", "Garbage, please.\n", agent="local")
         error = wait_error(hostile_ws, "garbage", "openai: malformed response")
         assert "Traceback" not in error
 

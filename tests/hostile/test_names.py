@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import jpfs_subprocess, rgit, running_daemon, wait_until
-from tests.hostile.conftest import assert_healthy
+from tests.hostile.conftest import assert_healthy, start_conversation
 
 
 def last_error(ws: Path) -> str:
@@ -64,10 +64,7 @@ def test_answers_without_a_round_heading_are_reported(hostile_ws: Path) -> None:
     git(hostile_ws, "add", "-A", ".jpfs")
     git(hostile_ws, "commit", "-q", "-m", "asker")
     with running_daemon(hostile_ws):
-        conv = hostile_ws / "conversations" / "ask"
-        conv.mkdir()
-        (conv / "conversation.toml").write_text('agent = "asker"\n', encoding="utf-8")
-        (conv / "task.md").write_text("Fix it.\n", encoding="utf-8")
+        conv = start_conversation(hostile_ws, "ask", "Fix it.\n", agent="asker")
         wait_until(lambda: (conv / "questions.md").exists(), timeout=15, message="questions")
         (conv / "answers.md").write_text("The parser.\n", encoding="utf-8")
         wait_until(lambda: "no '## Round 1' heading" in last_error(hostile_ws), timeout=15)

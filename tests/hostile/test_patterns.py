@@ -47,8 +47,7 @@ def test_an_agents_catastrophic_grep_does_not_stop_the_daemon(hostile_ws: Path) 
     (hostile_ws / "big.txt").write_text("a" * 200_000 + "b\n", encoding="utf-8")
     git(hostile_ws, "add", "-A")
     git(hostile_ws, "commit", "-q", "-m", "grepper")
-    conv = start_conversation(hostile_ws, "grep", "Search it.\n")
-    (conv / "conversation.toml").write_text('agent = "grepper"\n', encoding="utf-8")
+    start_conversation(hostile_ws, "grep", "Search it.\n", agent="grepper")
     from jpfs.core.config import set_in_file
 
     set_in_file(hostile_ws / ".jpfs" / "config.toml", "agents.allowed", '["careful", "grepper"]')

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import Result, git, running_daemon, write_profile
-from tests.hostile.conftest import wait_error, wait_result
+from tests.hostile.conftest import start_conversation, wait_error, wait_result
 
 RUNNER = """
 model = "script-runner"
@@ -42,10 +42,7 @@ def test_a_cloned_profile_that_runs_programs_waits_for_trust(
     assert {"name": "runner", "runs_programs": True, "trusted": False, "changed": False} in listed
     assert next(r for r in listed if r["name"] == "careful")["trusted"] is True
     with running_daemon(hostile_ws):
-        conv = hostile_ws / "conversations" / "run"
-        conv.mkdir()
-        (conv / "conversation.toml").write_text('agent = "runner"\n', encoding="utf-8")
-        (conv / "task.md").write_text("Run it.\n", encoding="utf-8")
+        start_conversation(hostile_ws, "run", "Run it.\n", agent="runner")
         error = wait_error(hostile_ws, "run", "not trusted")
         assert "jpfs trust" in error and not pwned.exists()
         assert cli("trust").code == 0

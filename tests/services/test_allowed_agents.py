@@ -133,6 +133,9 @@ def test_a_child_the_user_starts_takes_an_agent_allowed_or_named_by_its_parent(
         api.onboard(name, "Our service is slow.", parent=parent, workspace_dir=ws)
     assert served.requests == []
     assert sorted(p.name for p in (ws / "conversations" / parent).iterdir()) == before
+    made = cli("conversation", "new", "--parent", parent, "--agent", "researcher").stdout.strip()
+    moved = cli("conversation", "set-agent", made, name)
+    assert moved.code == 1 and f"the agents {parent!r} may call" in moved.stderr, moved.stderr
 
     # A tool script confined by --root-id checked the profile against its own enum.
     scoped = cli("conversation", "new", "--root-id", parent, "--agent", name, "--no-activate")
@@ -144,6 +147,8 @@ def test_a_child_the_user_starts_takes_an_agent_allowed_or_named_by_its_parent(
     lead = cli("conversation", "new", "--agent", "lead", "--no-activate").stdout.strip()
     child = cli("conversation", "new", "--parent", lead, "--agent", name, "--no-activate")
     assert child.code == 0 and child.stdout.strip().startswith(lead + "/"), child.stderr
+    made = cli("conversation", "new", "--parent", lead, "--agent", "researcher").stdout.strip()
+    assert cli("conversation", "set-agent", made, name).code == 0
     result = cli("query", "--id", child.stdout.strip(), "hi")
     assert result.code == 0 and result.stdout.strip() == "found it", result.stderr
     assert len(served.requests) == 1

@@ -57,7 +57,7 @@ text = "both done"
 
 # A branch agent that writes a file, then forks a grandchild implementer.
 OUTER = """
-model = "script"
+model = "script-outer"
 provider = "script"
 workspace = "branch"
 [tools]
