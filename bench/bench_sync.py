@@ -167,26 +167,34 @@ def stop(ws: Path) -> None:
 class Results:
     """How many ``result.md`` the record branch of ``repo`` holds, polled cheaply: the
     tree is listed only when the branch moved (the poll runs every 50 ms beside the
-    daemons measured, on the same cores)."""
+    daemons measured, on the same cores). ``moved_at``: when the branch took the tip
+    counted (wall clock), from the loose ref's modification time, so a result is timed
+    when it landed (to a clock tick), not when the next poll saw it (0-50 ms later,
+    plus the listing)."""
 
     def __init__(self, repo: Path) -> None:
-        self.repo, self.tip, self.count = repo, b"", 0
+        self.repo, self.tip, self.count, self.moved_at = repo, b"", 0, 0.0
         common = run_command(["git", "rev-parse", "--git-common-dir"], repo).decode().strip()
         self.ref = (repo / common / "refs" / "heads" / "jpfs-record").resolve()
 
     def __call__(self) -> int:
         try:
+            before = os.stat(self.ref)
             tip = self.ref.read_bytes()  # a loose ref, as every push and commit leaves it
+            after = os.stat(self.ref)
+            same = (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+            moved_at = after.st_mtime if same else time.time()
         except FileNotFoundError:
             tip = run_command(
                 ["git", "rev-parse", "-q", "--verify", "jpfs-record"], self.repo, ok=(0, 1)
             )
+            moved_at = time.time()
         if tip and tip != self.tip:
             out = run_command(
                 ["git", "ls-tree", "-r", "--name-only", tip.decode().strip()], self.repo
             )
             self.count = sum(1 for line in out.decode().splitlines() if line.endswith("/result.md"))
-            self.tip = tip
+            self.tip, self.moved_at = tip, moved_at
         return self.count
 
 
@@ -238,13 +246,13 @@ def throughput(
                 conv = into / "conversations" / f"t-{i:04d}"
                 conv.mkdir(parents=True)
                 (conv / "task.md").write_text(f"# Task {i}\n\nSay hello.\n", encoding="utf-8")
-            t0 = time.monotonic()
+            t0, wall0 = time.monotonic(), time.time()
             if share:
                 jpfs(writer, "sync")
             where = remote if share else clones[0]
             results = Results(where)
             wait(lambda: results() >= count, 900, f"{count} results", every=0.05)
-            took = time.monotonic() - t0
+            took = results.moved_at - wall0
             asked = sorted(r.received_at for r in server.requests if r.received_at >= t0)
             # Until the first model call, and from the last call's answer to the end.
             summed: dict[str, dict[str, float]] = {

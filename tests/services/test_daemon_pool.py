@@ -148,15 +148,49 @@ def test_files_waiting_to_settle_are_looked_at_again_when_the_sync_moves_the_rec
         assert reconciler.due["merged"] > later and reconciler.due["draft"] > later
 
         # What the merge wrote becomes the record's (the branch moves), the draft not.
+        before = git(workspace.conv_root, "rev-parse", "HEAD").strip()
         git(workspace.conv_root, "add", "merged/task.md")
         git(workspace.conv_root, "commit", "-q", "-m", "a peer's task")
-        reconciler.record_moved()
+        reconciler.record_moved(before, git(workspace.conv_root, "rev-parse", "HEAD").strip())
         reconciler.handle(reconciler.inbox.get_nowait())
         now = time.monotonic()
         assert reconciler.due["merged"] <= now and reconciler.due["draft"] <= now
         reconciler.process_due()
         assert "merged" not in reconciler.due  # looked at: no longer waiting
         assert reconciler.due["draft"] > time.monotonic() + 60  # still a save in progress
+    finally:
+        pool.stop()
+        assert pool.join(5.0)
+
+
+def test_what_a_sync_wrote_is_looked_at_without_waiting_for_file_events(ws: Path) -> None:
+    """A merge's new files reach the watcher as bare "created" events, a debounce later:
+    the files that may call for work (a task, answers, mail) are looked at as soon as
+    the sync says the record moved; a peer's transcript and result are left to the
+    watcher, and so is everything when the commits cannot be compared."""
+    workspace = open_workspace(ws)
+    pool = Pool(1, lambda job: None, lambda conv_id: None)
+    try:
+        reconciler = Reconciler(workspace, pool, debounce=0.05, settle=120.0, scan_interval=30.0)
+        root = workspace.conv_root
+        before = git(root, "rev-parse", "HEAD").strip()
+        for name in ("asked/task.md", "mailed/inbox/0001-status.md", "done/result.md"):
+            (root / name).parent.mkdir(parents=True)
+            (root / name).write_text("# Hi\n", encoding="utf-8")
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "a peer's record")
+        after = git(root, "rev-parse", "HEAD").strip()
+
+        reconciler.record_moved(before, "0" * 40)  # not a commit here: nothing noted
+        reconciler.handle(reconciler.inbox.get_nowait())
+        assert reconciler.due == {}
+
+        reconciler.record_moved(before, after)
+        reconciler.handle(reconciler.inbox.get_nowait())
+        assert sorted(reconciler.due) == ["asked", "mailed"]
+        assert all(due <= time.monotonic() for due in reconciler.due.values())
+        # Whole files: nothing waits a settle (120 s here) before it is looked at.
+        assert reconciler.settling.settled_at({"asked/task.md"}, 120.0) <= time.monotonic()
     finally:
         pool.stop()
         assert pool.join(5.0)

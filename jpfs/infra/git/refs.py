@@ -81,12 +81,29 @@ def changed_since_fork(repo: Path, ours: str, theirs: str, path: str) -> bool:
         raise GitError(f"cannot compare {ours[:12]} and {theirs[:12]}: {exc}") from exc
 
 
-def _entry(handle: pygit2.Repository, commit: str | pygit2.Oid, path: str) -> str | None:
+def changed_files(repo: Path, before: str, after: str) -> list[tuple[str, bool]]:
+    """The files that differ between two commits, each with whether ``after`` deleted
+    it (in process; unchanged subtrees are skipped by their id, so the cost follows the
+    change, not the size of the tree)."""
+    try:
+        handle = repository(repo)
+        old, new = (_commit(handle, rev).tree for rev in (before, after))
+        deltas = old.diff_to_tree(new).deltas
+        return [(d.new_file.path, d.status == pygit2.enums.DeltaStatus.DELETED) for d in deltas]
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"cannot compare {before[:12]} and {after[:12]}: {exc}") from exc
+
+
+def _commit(handle: pygit2.Repository, commit: str | pygit2.Oid) -> pygit2.Commit:
     found = handle.get(commit)
     if not isinstance(found, pygit2.Commit):
         raise GitError(f"{commit} is not a commit")
+    return found
+
+
+def _entry(handle: pygit2.Repository, commit: str | pygit2.Oid, path: str) -> str | None:
     try:
-        return str(found.tree[path].id)
+        return str(_commit(handle, commit).tree[path].id)
     except KeyError:
         return None
 

@@ -250,3 +250,46 @@ def pending(ws: Workspace) -> list[str] | None:
         return None
     found = {p for p in (changed + untracked).split("\0") if p}
     return sorted(f"{ws.conv_root_rel}/{p}" for p in found)
+
+
+def commit_found(
+    ws: Workspace,
+    subject: str,
+    note_later: Callable[[str], None],
+    on_error: Callable[[str], None],
+    before_ns: int | None = None,
+) -> None:
+    """Commit whatever differs from HEAD under the root (a crash, lost file events).
+
+    ``before_ns``: only files last changed before then (a file-system timestamp);
+    later ones were written once the daemon was ready, and are the edits they are,
+    not a recovery: each is passed to ``note_later`` (the watch, set up after that
+    time, may have missed it), to be committed like its own event would.
+    """
+    trailers = (("Jpfs-Event", "recover"),)
+    paths = pending(ws)
+    if paths is not None:
+        paths = [p for p in paths if not unnamed(p, on_error)]
+    if paths is not None and before_ns is not None:
+        later = {p for p in paths if not _changed_before(ws.root / p, before_ns)}
+        for path in sorted(later):
+            note_later(ws.record_path(path))
+        paths = [p for p in paths if p not in later]
+    if paths is None:
+        sha = ws.committer.commit_pending(subject=subject, trailers=trailers)
+    elif paths:
+        # What recovery commits is reported like any edit: a misnamed directory
+        # written while no daemon watched must not slip in silently.
+        report_misnamed([ws.record_path(p) for p in paths], on_error)
+        sha = ws.commit(Change(tuple(paths), subject, trailers))
+    else:
+        sha = None
+    if sha:
+        log.info("committed uncommitted files found under the conversation root (%s)", sha[:12])
+
+
+def _changed_before(path: Path, when_ns: int) -> bool:
+    try:
+        return os.lstat(path).st_mtime_ns < when_ns
+    except FileNotFoundError:
+        return True  # deleted while no daemon watched: the deletion is recovered

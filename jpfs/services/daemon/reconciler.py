@@ -28,14 +28,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from jpfs.core import locks, tree
 from jpfs.core.conversation import ANSWERS, Conversation
 from jpfs.core.scope import CONVERSATION_TOML, TASK
 from jpfs.core.workspace import Workspace
-from jpfs.errors import IdError, JpfsError, LockError, RepositoryFault
-from jpfs.infra.committer import Change
+from jpfs.errors import GitError, IdError, JpfsError, LockError, RepositoryFault
+from jpfs.infra.git import refs
 from jpfs.infra.git.objects import Tip
 from jpfs.services.daemon import actions, edits
 from jpfs.services.daemon.actions import Need
@@ -119,10 +118,9 @@ class Reconciler:
     def request_scan(self) -> None:
         self.inbox.put((_RESCAN, ""))
 
-    def record_moved(self) -> None:
-        """The sync took a peer's record in: a file seen after the merge wrote it and
-        before the branch moved waits a settle as a human's save; look at it again."""
-        self.inbox.put((_MOVED, ""))
+    def record_moved(self, before: str, after: str) -> None:
+        """The sync took a peer's record in, moving the branch from ``before`` to ``after``."""
+        self.inbox.put((_MOVED, before, after))
 
     # -- the loop (reconciler thread) --------------------------------------------------
     def start(self, stop: threading.Event | None = None) -> None:
@@ -168,11 +166,27 @@ class Reconciler:
         elif isinstance(item, tuple) and item[0] == _RESCAN:
             self.scan(full=True)
         elif isinstance(item, tuple) and item[0] == _MOVED:
-            now = time.monotonic()
-            for conv_id, due in self.due.items():
-                paced = conv_id in self.backoff or conv_id in self.fault_wait
-                if due > now and not paced and self.settling.paths(conv_id):
-                    self.due[conv_id] = now
+            self.take_merged(item[1], item[2])
+
+    def take_merged(self, before: str, after: str) -> None:
+        """The files a sync wrote are whole (git wrote them, before the branch moved):
+        those that may call for work (a task, answers, mail) are looked at now, not
+        after the watcher's debounce (a merge's new files arrive as bare "created"
+        events); and a file seen before the branch moved, which waits a settle as a
+        human's unfinished save, is looked at again now."""
+        try:
+            changed = refs.changed_files(self.ws.conv_root, before, after)
+        except GitError:
+            changed = []  # the watcher reports them, a debounce later
+        for path, deleted in changed:
+            inner = edits.conv_of(path)[1]
+            if inner in TOP_FILES or inner.startswith("inbox/"):
+                self.note_change(path, DELETED if deleted else CLOSED, False)
+        now = time.monotonic()
+        for conv_id, due in self.due.items():
+            paced = conv_id in self.backoff or conv_id in self.fault_wait
+            if due > now and not paced and self.settling.paths(conv_id):
+                self.due[conv_id] = now
 
     def note_change(self, path: str, kind: str, is_dir: bool) -> None:
         now = time.monotonic()
@@ -365,38 +379,9 @@ class Reconciler:
             self.due.setdefault(cid, time.monotonic())
 
     def recover(self, subject: str, before_ns: int | None = None) -> None:
-        """Commit whatever differs from HEAD under the root (crash, lost events).
+        """Commit whatever differs from HEAD under the root: see :func:`edits.commit_found`."""
+        edits.commit_found(self.ws, subject, self.note_unfinished, self.on_error, before_ns)
 
-        ``before_ns``: only files last changed before then (a file-system timestamp);
-        later ones were written once the daemon was ready, and are the edits they are,
-        not a recovery: each is noted as a change (the watch, set up after that time,
-        may have missed it), which commits it like its own event would.
-        """
-        trailers = (("Jpfs-Event", "recover"),)
-        paths = edits.pending(self.ws)
-        if paths is not None:
-            paths = [p for p in paths if not edits.unnamed(p, self.on_error)]
-        if paths is not None and before_ns is not None:
-            later = {p for p in paths if not _changed_before(self.ws.root / p, before_ns)}
-            for path in sorted(later):
-                # Not seen to end: committed once settled and no longer open for writing.
-                self.note_change(self.ws.record_path(path), MODIFIED, False)
-            paths = [p for p in paths if p not in later]
-        if paths is None:
-            sha = self.ws.committer.commit_pending(subject=subject, trailers=trailers)
-        elif paths:
-            # What recovery commits is reported like any edit: a misnamed directory
-            # written while no daemon watched must not slip in silently.
-            edits.report_misnamed([self.ws.record_path(p) for p in paths], self.on_error)
-            sha = self.ws.commit(Change(tuple(paths), subject, trailers))
-        else:
-            sha = None
-        if sha:
-            log.info("committed uncommitted files found under the conversation root (%s)", sha[:12])
-
-
-def _changed_before(path: Path, when_ns: int) -> bool:
-    try:
-        return os.lstat(path).st_mtime_ns < when_ns
-    except FileNotFoundError:
-        return True  # deleted while no daemon watched: the deletion is recovered
+    def note_unfinished(self, path: str) -> None:
+        """A write not seen to end: committed once settled and no longer open for writing."""
+        self.note_change(path, MODIFIED, False)

@@ -40,7 +40,7 @@ class SharedRecord:
         *,
         look_again_in: Callable[[str, float], None],
         fail: Callable[[Conversation, str], None],
-        record_moved: Callable[[], None],
+        record_moved: Callable[[str, str], None],
     ) -> None:
         self.ws = ws
         self.pool = pool

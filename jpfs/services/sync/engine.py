@@ -52,7 +52,7 @@ class SyncEngine:
         *,
         incarnation: str | None = None,
         on_lost: Callable[[str], None] | None = None,
-        on_moved: Callable[[], None] | None = None,
+        on_moved: Callable[[str, str], None] | None = None,
     ) -> None:
         self.ws = ws
         self.remote = str(ws.config["sync.remote"])
@@ -79,7 +79,7 @@ class SyncEngine:
         self.stats = SyncStats()
         self.timings = Timings()
         self.on_lost = on_lost or (lambda conv_id: None)
-        self.on_moved = on_moved or (lambda: None)  # a peer's record was taken into ours
+        self.on_moved = on_moved or (lambda before, after: None)  # a peer's record taken in
         self.wake = threading.Event()
         # One pull (fetch + integrate) at a time, one push at a time, one fetch at a time
         # (git locks the tracking refs it writes); never one lock over a whole cycle: a
@@ -180,7 +180,7 @@ class SyncEngine:
                 )
             if outcome.kind in ("merge", "fast-forward"):
                 self.stats.merges += int(outcome.kind == "merge")
-                self.on_moved()
+                self.on_moved(outcome.before or "", outcome.after or "")
             if outcome.kind in ("merge", "fast-forward", "up-to-date"):
                 self.book.settled(forfeit)
             if outcome.conflicts:
