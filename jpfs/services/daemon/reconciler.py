@@ -42,6 +42,7 @@ from jpfs.services.daemon.pool import Pool
 from jpfs.services.daemon.seen import Seen, signature
 from jpfs.services.daemon.settling import FileState, Settling
 from jpfs.services.daemon.watcher import CLOSED, DELETED, MODIFIED, MOVED_FROM, MOVED_TO, Batch
+from jpfs.services.workspace import policy
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -347,7 +348,7 @@ class Reconciler:
     # -- scans ---------------------------------------------------------------------------------
     def scan(self, *, full: bool, stop: threading.Event | None = None) -> None:
         """Look at every conversation whose files changed (all of them when ``full``)."""
-        started = time.monotonic()
+        started, listed = time.monotonic(), time.time()
         looked: list[str] = []
         live = set()
         root = os.fspath(self.ws.conv_root)
@@ -366,6 +367,8 @@ class Reconciler:
         self.reconcile(looked[len(looked) - len(looked) % CHUNK :])
         self.seen.keep_only(live)
         self.seen.save(self.ws.local_dir)
+        if full:
+            policy.keep_admitted(self.ws, live, listed)
         self.scans += 1
         self.next_scan = time.monotonic() + self.scan_interval
         took = self.last_scan_seconds = time.monotonic() - started

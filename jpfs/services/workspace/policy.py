@@ -12,7 +12,8 @@ says so. A valid change is taken up by the next run that reads it.
 A conversation is *admitted* once per snapshot: its ``[config]`` is checked against
 the profile in force when it first runs here (:func:`jpfs.core.profiles.admit`, so the
 record never grants capabilities), and the snapshot's digest is remembered in
-``.jpfs/local/admitted/``. A later run with the same snapshot is not checked again,
+``.jpfs/local/admitted/`` (a directory per conversation, forgotten once the conversation
+is gone: :func:`keep_admitted`). A later run with the same snapshot is not checked again,
 so a branch with other (narrower) profiles does not fail work already under way: a
 conversation keeps the configuration it was created with. A snapshot that changes (a
 peer rewrote ``conversation.toml``) is checked again.
@@ -22,9 +23,12 @@ The branch's ``config.toml`` has the same fallback (:func:`jpfs.core.workspace.p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Mapping
+import os
+import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +108,40 @@ def admit(ws: Workspace, conv_id: str, agent: str, snapshot: Mapping[str, Any]) 
     """Refuse a conversation whose ``[config]`` grants more than its profile does, or
     whose profile runs programs untrusted; once admitted, a snapshot is not re-checked."""
     mark = _mark(ws, conv_id, snapshot)
+    legacy = mark.parent.parent / mark.name  # a mark named by its digest alone (0.x)
     if mark.exists():
         return
-    profile = load_profile(ws, agent)
-    profiles.admit(snapshot, profile)
+    if not legacy.exists():
+        profile = load_profile(ws, agent)
+        profiles.admit(snapshot, profile)
     _touch(mark)
+    # One mark per conversation: a snapshot it had before is checked again if it comes
+    # back; and a conversation removed leaves one directory for keep_admitted.
+    with contextlib.suppress(OSError):
+        for older in os.scandir(mark.parent):
+            if older.name != mark.name:
+                os.unlink(older.path)
+        legacy.unlink(missing_ok=True)
+
+
+def keep_admitted(ws: Workspace, live: Iterable[str], before: float) -> int:
+    """Forget the admission of conversations that no longer exist (``live``: those
+    that do), unchanged since before ``before`` (a ``time.time()``: a mark made since
+    may be a conversation's created after ``live`` was listed). Returns how many."""
+    owners = {_owner(conv_id) for conv_id in live}
+    try:
+        entries = list(os.scandir(ws.local_dir / ADMITTED_DIR))
+    except OSError:
+        return 0  # none yet, or unreadable: a mark too many costs a check, never safety
+    forgotten = 0
+    for entry in entries:
+        if entry.name in owners:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False) and entry.stat().st_mtime < before:
+                shutil.rmtree(entry.path)
+                forgotten += 1
+    return forgotten
 
 
 def adopted(ws: Workspace, conv: Conversation, agent: str) -> None:
@@ -122,9 +155,14 @@ def adopted(ws: Workspace, conv: Conversation, agent: str) -> None:
 
 
 def _mark(ws: Workspace, conv_id: str, snapshot: Mapping[str, Any]) -> Path:
+    """``<conversation>/<snapshot>``, both digests: the directory says whose it is."""
     text = json.dumps([conv_id, snapshot], sort_keys=True, default=str)
     digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:40]
-    return ws.local_dir / ADMITTED_DIR / digest
+    return ws.local_dir / ADMITTED_DIR / _owner(conv_id) / digest
+
+
+def _owner(conv_id: str) -> str:
+    return hashlib.sha256(conv_id.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def _touch(mark: Path) -> None:
