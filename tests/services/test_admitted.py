@@ -1,7 +1,7 @@
 """A conversation's admission (``.jpfs/local/admitted/``) is one directory per
 conversation holding the digest of the snapshot admitted last; it is forgotten once
-the conversation is gone, at the daemon's full scans, and never for one created while
-the scan listed the others."""
+the conversation is gone, when a daemon starts (a first start or a restart), and never
+for one created while its scan listed the others."""
 
 from __future__ import annotations
 
@@ -94,9 +94,7 @@ def test_a_removed_conversation_is_forgotten_one_made_meanwhile_is_not(
     assert marks(workspace, "gone") == [] and len(marks(workspace, "kept")) == 1
 
 
-def test_the_daemons_full_scan_forgets_removed_conversations(
-    ws: Path, cli: Callable[..., Result]
-) -> None:
+def test_a_daemon_start_forgets_removed_conversations(ws: Path, cli: Callable[..., Result]) -> None:
     workspace = open_workspace(ws)
     made(cli, workspace, "stays", "removed")
     shutil.rmtree(workspace.conv_root / "removed")
@@ -107,6 +105,10 @@ def test_the_daemons_full_scan_forgets_removed_conversations(
         reconciler.scan(full=False)
         assert len(marks(workspace, "removed")) == 1  # only full scans prune
         reconciler.scan(full=True)
+        assert len(marks(workspace, "removed")) == 1  # nor a rescan: the start does
+        reconciler.close()  # what a stopped daemon leaves: its next start is incremental
+        restarted = Reconciler(workspace, pool, debounce=0.05, settle=0.3, scan_interval=30.0)
+        restarted.start()
         assert marks(workspace, "removed") == [] and len(marks(workspace, "stays")) == 1
     finally:
         pool.stop()

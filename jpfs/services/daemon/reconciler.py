@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jpfs.core import locks, tree
-from jpfs.core.conversation import ANSWERS, Conversation
+from jpfs.core.conversation import ANSWERS, INBOX, Conversation
 from jpfs.core.scope import CONVERSATION_TOML, TASK
 from jpfs.core.workspace import Workspace
 from jpfs.errors import GitError, IdError, JpfsError, LockError, RepositoryFault
@@ -126,9 +126,10 @@ class Reconciler:
     # -- the loop (reconciler thread) --------------------------------------------------
     def start(self, stop: threading.Event | None = None) -> None:
         """Look at every conversation that changed since the last daemon saw it (every
-        one on a first start); ``stop`` cuts it short."""
+        one on a first start), and forget the admission of those removed meanwhile;
+        ``stop`` cuts it short."""
         self.head = Tip(self.ws.conv_root)
-        self.scan(full=not self.seen.load(self.ws.local_dir), stop=stop)
+        self.scan(full=not self.seen.load(self.ws.local_dir), stop=stop, prune=True)
 
     def close(self) -> None:
         self.seen.save(self.ws.local_dir)
@@ -181,7 +182,7 @@ class Reconciler:
             changed = []  # the watcher reports them, a debounce later
         for path, deleted in changed:
             inner = edits.conv_of(path)[1]
-            if inner in TOP_FILES or inner.startswith("inbox/"):
+            if inner in TOP_FILES or inner.startswith(f"{INBOX}/"):
                 self.note_change(path, DELETED if deleted else CLOSED, False)
         now = time.monotonic()
         for conv_id, due in self.due.items():
@@ -346,8 +347,10 @@ class Reconciler:
         self.seen.put(item.conv_id, signature(item.conv), item.verdict.need)
 
     # -- scans ---------------------------------------------------------------------------------
-    def scan(self, *, full: bool, stop: threading.Event | None = None) -> None:
-        """Look at every conversation whose files changed (all of them when ``full``)."""
+    def scan(self, *, full: bool, stop: threading.Event | None = None, prune: bool = False) -> None:
+        """Look at every conversation whose files changed (all of them when ``full``);
+        ``prune``: and forget the admission of those that no longer exist (22 ms at
+        10k conversations, so once per start, not every periodic scan)."""
         started, listed = time.monotonic(), time.time()
         looked: list[str] = []
         live = set()
@@ -367,7 +370,7 @@ class Reconciler:
         self.reconcile(looked[len(looked) - len(looked) % CHUNK :])
         self.seen.keep_only(live)
         self.seen.save(self.ws.local_dir)
-        if full:
+        if prune:
             policy.keep_admitted(self.ws, live, listed)
         self.scans += 1
         self.next_scan = time.monotonic() + self.scan_interval

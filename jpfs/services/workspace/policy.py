@@ -12,11 +12,11 @@ says so. A valid change is taken up by the next run that reads it.
 A conversation is *admitted* once per snapshot: its ``[config]`` is checked against
 the profile in force when it first runs here (:func:`jpfs.core.profiles.admit`, so the
 record never grants capabilities), and the snapshot's digest is remembered in
-``.jpfs/local/admitted/`` (a directory per conversation, forgotten once the conversation
-is gone: :func:`keep_admitted`). A later run with the same snapshot is not checked again,
-so a branch with other (narrower) profiles does not fail work already under way: a
-conversation keeps the configuration it was created with. A snapshot that changes (a
-peer rewrote ``conversation.toml``) is checked again.
+``.jpfs/local/admitted/`` (a directory per conversation, forgotten when a daemon starts
+after the conversation is gone: :func:`keep_admitted`). A later run with the same
+snapshot is not checked again, so a branch with other (narrower) profiles does not
+fail work already under way: a conversation keeps the configuration it was created
+with. A snapshot that changes (a peer rewrote ``conversation.toml``) is checked again.
 
 The branch's ``config.toml`` has the same fallback (:func:`jpfs.core.workspace.policy_config`).
 """
