@@ -22,6 +22,9 @@ real model.
   sizes: with 36 (the issue's shape) three daemons run three waves, and the start (the
   writer's sync, the first fetch) and the end (the last results, pushed by all at once)
   weigh a third of their time; 108 measures the throughput of a fleet at work.
+* relay: one compare-and-swap push (a claim's shape: a lease ref) and one fetch of a new
+  commit over ``git://``, straight to ``git daemon`` and through jpfs's relay
+  (``jpfs.infra.git.relay``), interleaved; medians and the ratio.
 * takeover: a daemon is SIGKILLed while its model call hangs; the time from the kill
   to the surviving daemon's model request for the same conversation (the lease is 3 s).
 * sync lag: a file written in one daemon clone's conversation, until it appears in the
@@ -330,6 +333,47 @@ def lag(base: Path, server: Any, samples: int, transport: str, stack: ExitStack)
             stop(ws)
 
 
+def relay_latency(base: Path, rounds: int, stack: ExitStack) -> dict[str, float]:
+    """Push and fetch over ``git://``, straight and relayed (interleaved), in seconds."""
+    from jpfs.infra.git import relay
+    from jpfs.infra.git import remote as gitremote
+    from jpfs.infra.git.remote import Update
+
+    url = serve(base, "git", stack)
+    ours, theirs = base / "ours", base / "theirs"
+    for repo in (ours, theirs):
+        git(base, "init", "-q", "-b", "main", str(repo))
+        git(repo, "remote", "add", "origin", url)
+    relays = stack.enter_context(relay.for_remote(ours, "origin"))
+    times: dict[str, list[float]] = {}
+    for n in range(rounds):
+        for name, via in (("straight", ()), ("relayed", relays.settings)):
+            git(ours, "commit", "-q", "--allow-empty", "-m", f"{name} {n}")
+            head = git(ours, "rev-parse", "HEAD").strip()
+            update = Update(f"refs/jpfs/leases/{name}-{n}", head, None)
+            began = time.perf_counter()
+            assert gitremote.push(ours, "origin", [update], via=via).ok
+            times.setdefault(f"push {name}", []).append(time.perf_counter() - began)
+            began = time.perf_counter()
+            gitremote.fetch(theirs, "origin", [f"+{update.ref}:refs/got/{name}"], via=via)
+            times.setdefault(f"fetch {name}", []).append(time.perf_counter() - began)
+    medians = {key: percentile(values, 50) for key, values in times.items()}
+    print_table(
+        f"git:// to git daemon on 127.0.0.1, straight vs through the relay ({rounds} each)",
+        ["", "straight", "relayed", "straight / relayed"],
+        [
+            [
+                what,
+                f"{medians[f'{what} straight'] * 1000:.1f} ms",
+                f"{medians[f'{what} relayed'] * 1000:.1f} ms",
+                f"{medians[f'{what} straight'] / medians[f'{what} relayed']:.1f}x",
+            ]
+            for what in ("push", "fetch")
+        ],
+    )
+    return {f"{key.replace(' ', '_')}_s": value for key, value in medians.items()}
+
+
 def scaling(
     base: Path, server: Any, count: int, turn: float, transport: str, most: int
 ) -> dict[str, Any]:
@@ -408,6 +452,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with temp_dir("jpfs-bench-sync-") as base, MessagesServer() as server, ExitStack() as stack:
         use_bytecode_cache(base / "pycache")
         server.responder = lambda request: (time.sleep(turn), text_reply("Done."))[1]
+        if args.transport == "git":
+            results["relay"] = relay_latency(base / "relay", 10 if args.quick else 30, stack)
         sizes = [
             scaling(base / f"n{count}", server, count, turn, args.transport, args.daemons)
             for count in counts

@@ -58,6 +58,7 @@ SCHEMA: dict[str, Key] = {
     "sync.lease": Key((int, float), 30.0, "seconds a lease lasts without renewal"),
     "sync.machine": Key(str, "", "this clone's name in leases and trailers (default: host-path)"),
     "sync.scan": Key(bool, True, "refuse to push a record that holds a recognised secret"),
+    "sync.relay": Key(bool, True, "relay git:// connections in process: no delayed-ACK stalls"),
     "prices": Key(
         dict,
         {},

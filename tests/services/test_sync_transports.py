@@ -86,6 +86,9 @@ def test_two_daemons_share_the_work_over_a_network_remote(
         )
         for ws in daemons:
             wait_until(lambda ws=ws: status(ws)["sync"]["ahead"] == 0, timeout=60)  # type: ignore[index]
+            # git:// goes through the daemon's relay (protocol/sync.md); HTTP does not.
+            relayed = [f"127.0.0.1:{served.port}"] if isinstance(served, GitDaemon) else []
+            assert status(ws)["sync"]["relayed"] == relayed  # type: ignore[index]
     finally:
         for ws in daemons:
             stop_daemon(ws)
@@ -130,6 +133,9 @@ def test_a_remote_that_goes_away_and_comes_back(
         )
         shown = jpfs(ws, "daemon", "status")
         assert re.search(r"remote unreachable since \d\d:\d\d:\d\d", shown), shown
+        if isinstance(served, GitDaemon):  # said by the relay, in git's words
+            said = status(ws)["sync"]["last_error"]  # type: ignore[index]
+            assert f"cannot reach 127.0.0.1:{served.port}" in said, said
         gate.set()  # the claimed turn finishes while the remote is away
         wait_until(
             lambda: (ws / "conversations" / "t-000" / "result.md").exists(),

@@ -80,13 +80,15 @@ def fetch(
     *,
     prune: bool = True,
     negotiate: Sequence[str] = (),
+    via: Sequence[str] = (),
 ) -> None:
     """``git fetch`` the given refspecs (forced, so a rewound remote ref is followed).
 
     ``negotiate``: refs whose commits the remote surely has (what an earlier fetch
     brought): offered first and alone as common ground, so the fetch needs one round
     of negotiation, not one per batch of the local commits the remote lacks (each
-    round trip is ~40 ms on a TCP transport)."""
+    round trip is ~40 ms on a TCP transport). ``via``: git settings for reaching the
+    remote (:attr:`jpfs.infra.git.relay.Relays.settings`)."""
     # The sync loop fetches every few seconds: no `maintenance --auto` process after each
     # (the committer runs git's housekeeping itself); and only the refs the refspecs name
     # (`--refmap=`): git would also update refs/remotes/<remote>/*, which a user's own
@@ -98,12 +100,20 @@ def fetch(
     if prune:
         args.append("--prune")
     args += [f"--negotiation-tip={ref}" for ref in negotiate]
-    runner.run(repo, [*args, remote, *refspecs], env=_env())
+    runner.run(repo, [*_settings(via), *args, remote, *refspecs], env=_env())
 
 
-def push(repo: Path, remote: str, updates: Sequence[Update], *, atomic: bool = True) -> PushResult:
+def push(
+    repo: Path,
+    remote: str,
+    updates: Sequence[Update],
+    *,
+    atomic: bool = True,
+    via: Sequence[str] = (),
+) -> PushResult:
     """Push ``updates`` in one atomic transaction, each guarded by its expectation; with
-    ``atomic=False``, each is applied or refused on its own (``refs`` says which)."""
+    ``atomic=False``, each is applied or refused on its own (``refs`` says which).
+    ``via``: as for :func:`fetch`."""
     if not updates:
         return PushResult(True, {})
     args = ["push", "--porcelain", "--quiet", "--no-verify", *(["--atomic"] if atomic else [])]
@@ -112,13 +122,17 @@ def push(repo: Path, remote: str, updates: Sequence[Update], *, atomic: bool = T
         args.append(f"--force-with-lease={up.ref}:{up.expect or ''}")
         source = up.source or up.new or ""
         specs.append(f"{source}:{up.ref}" if up.new is not None else f":{up.ref}")
-    proc = runner.run(repo, [*args, remote, *specs], check=False, env=_env())
+    proc = runner.run(repo, [*_settings(via), *args, remote, *specs], check=False, env=_env())
     refs = _parse_porcelain(proc.stdout)
     if proc.returncode != 0 and not refs:
         said = runner.complaint(proc.stderr or proc.stdout) or f"exit status {proc.returncode}"
         raise GitError(f"git push to {remote} failed: {said}")
     ok = proc.returncode == 0 and all(flag != "!" for flag, _ in refs.values())
     return PushResult(ok, refs, proc.stderr.strip())
+
+
+def _settings(via: Sequence[str]) -> list[str]:
+    return [arg for setting in via for arg in ("-c", setting)]
 
 
 def _parse_porcelain(text: str) -> dict[str, tuple[str, str]]:

@@ -54,11 +54,13 @@ class SharedRecord:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        relayed = self.engine.relays.upstreams
         log.info(
-            "sharing the record through %s as %s (incarnation %s)",
+            "sharing the record through %s as %s (incarnation %s)%s",
             self.engine.remote,
             self.engine.machine,
             self.engine.incarnation,
+            f"; git:// to {', '.join(relayed)} relayed in process" if relayed else "",
         )
         self._thread = threading.Thread(
             target=cycling.run, args=(self.engine, self._stop), name="jpfs-sync", daemon=True
@@ -71,6 +73,7 @@ class SharedRecord:
         self.engine.wake.set()
         if self._thread is not None:
             self._thread.join(60.0)
+        self.engine.close()
 
     def take(self, conv: Conversation, verdict: Verdict, held: contextlib.ExitStack) -> Verdict:
         """Claim ``conv`` and do what needs no model (adopt, record an error); the

@@ -52,6 +52,7 @@ class Engine(Protocol):
     branch: str
     machine: str
     track_record: str
+    via: tuple[str, ...]  # git settings for reaching the remote (a relay)
     observed_at: float  # when the fetch whose leases the book holds began
     book: LeaseBook
     stats: SyncStats
@@ -73,7 +74,9 @@ class Claimer:
         self.engine = engine
         self.book = engine.book
         self.batch = ClaimBatch(
-            lambda updates: gitremote.push(engine.repo, engine.remote, updates, atomic=False)
+            lambda updates: gitremote.push(
+                engine.repo, engine.remote, updates, atomic=False, via=engine.via
+            )
         )
         # Claims fetch the record into refs of their own: no wait on the cycle's fetch.
         self.probes = Probes(
@@ -83,6 +86,7 @@ class Claimer:
             f"refs/jpfs/sync/{engine.remote}/claimed-",
             engine.probing,
             engine.common_ground,
+            engine.via,
         )
         # How old a view of an absent lease may be: shorter than any machine's tombstones
         # live (leases.TOMBSTONE_MIN_AGE), whatever each one's sync.lease.
@@ -192,7 +196,10 @@ class Claimer:
         previous = lease.previous.oid if lease.previous is not None else None
         try:
             done = gitremote.push(
-                self.engine.repo, self.engine.remote, [Update(lease.ref, previous, lease.oid)]
+                self.engine.repo,
+                self.engine.remote,
+                [Update(lease.ref, previous, lease.oid)],
+                via=self.engine.via,
             )
         except JpfsError:
             done = None

@@ -82,6 +82,7 @@ class Claims:
         own.stop.set()
         own.engine.wake.set()
         own.thread.join()  # its last cycle pushes the results and gives the leases back
+        own.engine.close()
         if own.engine.stats.last_error:
             log.warning(
                 "sync after the run: %s; `jpfs sync` pushes it", own.engine.stats.last_error

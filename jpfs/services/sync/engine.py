@@ -25,7 +25,7 @@ from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError, GitError, JpfsError
 from jpfs.infra import git
-from jpfs.infra.git import refs
+from jpfs.infra.git import refs, relay
 from jpfs.infra.git import remote as gitremote
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
@@ -73,6 +73,14 @@ class SyncEngine:
         self.branch = ws.record_branch
         self.repo = ws.root
         gitremote.check_remote(self.repo, self.remote)
+        # git:// answers come without delayed-ACK stalls through a relay of ours
+        # (jpfs.infra.git.relay); every git command that reaches the remote uses ``via``.
+        self.relays = (
+            relay.for_remote(self.repo, self.remote)
+            if ws.config["sync.relay"]
+            else relay.Relays(())
+        )
+        self.via = self.relays.settings
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
         self.book = LeaseBook(self.repo, self.machine, self.incarnation, lease)
@@ -216,11 +224,12 @@ class SyncEngine:
             common = self.common_ground()
             with self.timings.step("fetch"), self._reaching():
                 try:
-                    gitremote.fetch(self.repo, self.remote, specs, negotiate=common)
+                    gitremote.fetch(self.repo, self.remote, specs, negotiate=common, via=self.via)
                 except GitError as exc:
                     if "couldn't find remote ref" not in str(exc):
                         raise
-                    gitremote.fetch(self.repo, self.remote, specs[1:])  # no record there yet
+                    # No record there yet.
+                    gitremote.fetch(self.repo, self.remote, specs[1:], via=self.via)
             remote: dict[str, str] = {}
             released: dict[str, str] = {}
             peers: dict[str, int] = {}
@@ -290,7 +299,7 @@ class SyncEngine:
             if not updates:
                 return True
             with self.timings.step("push" if send else "renew"), self._reaching():
-                result = gitremote.push(self.repo, self.remote, updates)
+                result = gitremote.push(self.repo, self.remote, updates, via=self.via)
             if result.ok:
                 if send:
                     self._scanned.clear()  # pushed: theirs holds it now, never scanned again
@@ -364,7 +373,11 @@ class SyncEngine:
         self._swept = now
         stale = [Update(ref, None, oid) for ref, oid in self.book.tombstones(self.tombstone_age)]
         if stale:
-            gitremote.push(self.repo, self.remote, stale, atomic=False)
+            gitremote.push(self.repo, self.remote, stale, atomic=False, via=self.via)
+
+    def close(self) -> None:
+        """Stop the relays (the engine's git commands are done)."""
+        self.relays.close()
 
     def status(self) -> dict[str, Any]:
         now = time.time()
@@ -377,6 +390,7 @@ class SyncEngine:
             ahead = behind = -1  # the repository cannot say now; the cycle reports why
         return {
             "remote": self.remote,
+            "relayed": self.relays.upstreams,
             "machine": self.machine,
             "incarnation": self.incarnation,
             "last_fetch_s": round(now - self.stats.last_fetch, 1)

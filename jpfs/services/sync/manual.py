@@ -46,12 +46,16 @@ def sync_by_hand(ws: Workspace) -> HandSync:
         )
     ws.ensure_record()
     engine = SyncEngine(ws)
-    committed = ws.committer.commit_pending(
-        "jpfs: edits synced by hand", (("Jpfs-Event", "edit"), ("Jpfs-Machine", engine.machine))
-    )
-    # Push first when ours simply adds to theirs: what others wait for lands a round
-    # trip sooner; a push that loses fetches, merges and pushes as ever.
-    outcome = engine.sync_once(eager=True, observe=False)
+    try:
+        committed = ws.committer.commit_pending(
+            "jpfs: edits synced by hand",
+            (("Jpfs-Event", "edit"), ("Jpfs-Machine", engine.machine)),
+        )
+        # Push first when ours simply adds to theirs: what others wait for lands a round
+        # trip sooner; a push that loses fetches, merges and pushes as ever.
+        outcome = engine.sync_once(eager=True, observe=False)
+    finally:
+        engine.close()
     if outcome.kind == "busy":
         # Nothing of ours went out (a push must contain theirs): say so, and what to do.
         done = f"your edits are committed here ({committed[:12]}); " if committed else ""

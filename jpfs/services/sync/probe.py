@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -34,12 +34,14 @@ class Probes:
         prefix: str,
         around: Callable[[], AbstractContextManager[object]],
         common: Callable[[], list[str]] = list,
+        via: Sequence[str] = (),
     ) -> None:
         """``prefix``: the slots' refs are ``<prefix><n>``; ``around()``: a context
         manager wrapped around each fetch (timing, reachability)."""
         self.repo, self.remote, self.branch, self.prefix = repo, remote, branch, prefix
         self.around = around
         self.common = common  # refs the remote surely has, to negotiate from
+        self.via = via
         self._cv = threading.Condition()
         self._flying: dict[int, float] = {}  # slot -> when its fetch began
         # When the newest finished fetch began, and the tip it found.
@@ -81,6 +83,7 @@ class Probes:
                     [f"+refs/heads/{self.branch}:{ref}"],
                     prune=False,
                     negotiate=self.common(),
+                    via=self.via,
                 )
             except GitError as exc:
                 if "couldn't find remote ref" not in str(exc):
