@@ -2,7 +2,7 @@
 takeover latency, sync lag.
 
 Usage: python bench/bench_sync.py [--quick] [--conversations N [N ...]] [--turn S]
-                                  [--transport git|http|file]
+                                  [--transport git|http|file] [--rounds R]
 
 Everything is the real runtime path: a bare repository as the remote, served over a
 real network transport on 127.0.0.1 (``git daemon``: ``git://``, the default; or smart
@@ -15,7 +15,9 @@ real model.
 
 * throughput: N conversations (36, then 108) from one ``jpfs sync`` until the remote's record
   holds every ``result.md``; with 1, 2 and 3 daemons (4 agents each); the scaling
-  ratio is each throughput over the one-daemon throughput measured in the same run,
+  ratio is each throughput over the one-daemon throughput measured in the same run
+  (medians of ``--rounds`` interleaved rounds, 3 by default: one run of 36 moves by
+  half a second with whatever else the machine does),
   against the ideal (waves of 4 turns per daemon, times the turn). Beside it, one daemon
   that shares nothing (the same tasks written into its own clone), and where each
   sharing daemon's sync time went (``daemon status``'s ``sync.timings``, summed). Two
@@ -375,23 +377,44 @@ def relay_latency(base: Path, rounds: int, stack: ExitStack) -> dict[str, float]
 
 
 def scaling(
-    base: Path, server: Any, count: int, turn: float, transport: str, most: int
+    base: Path, server: Any, count: int, turn: float, transport: str, most: int, rounds: int
 ) -> dict[str, Any]:
     """Throughput of 1, not sharing, then 1..``most`` daemons sharing, on ``count``
-    conversations; prints the tables, returns the numbers."""
-    alone, spent_alone = throughput(base / "alone", server, 1, count, transport, turn, share=False)
-    rows = [["1, not sharing", f"{alone:.1f} s", f"{count / alone:.2f}/s", "", "", ""]]
-    took: dict[int, float] = {}
+    conversations, ``rounds`` times interleaved (each round runs every configuration
+    once, so a burst of other work on the machine hits them alike); prints the medians
+    and the spread, returns the numbers. Sync timings are per round, averaged."""
+    runs: dict[int, list[float]] = {}  # daemons -> seconds per round; 0: not sharing
     spent: dict[int, dict[str, dict[str, float]]] = {}
+    for round_ in range(rounds):
+        for daemons in range(most + 1):
+            seconds, found = throughput(
+                base / f"r{round_}" / f"tp{daemons}",
+                server,
+                max(daemons, 1),
+                count,
+                transport,
+                turn,
+                share=daemons > 0,
+            )
+            runs.setdefault(daemons, []).append(seconds)
+            into = spent.setdefault(daemons, {})
+            for step, value in found.items():
+                step_total = into.setdefault(step, {"count": 0.0, "seconds": 0.0})
+                step_total["count"] += value["count"] / rounds
+                step_total["seconds"] += value["seconds"] / rounds
+    took = {n: percentile(times, 50) for n, times in runs.items()}
+
+    def measured(n: int) -> str:
+        low, high = min(runs[n]), max(runs[n])
+        return f"{took[n]:.1f} s" + (f" ({low:.1f}-{high:.1f})" if rounds > 1 else "")
+
+    rows = [["1, not sharing", measured(0), f"{count / took[0]:.2f}/s", "", "", ""]]
     for daemons in range(1, most + 1):
-        took[daemons], spent[daemons] = throughput(
-            base / f"tp{daemons}", server, daemons, count, transport, turn
-        )
         ideal = math.ceil(count / (4 * daemons)) * turn
         rows.append(
             [
                 str(daemons),
-                f"{took[daemons]:.1f} s",
+                measured(daemons),
                 f"{count / took[daemons]:.2f}/s",
                 f"{took[1] / took[daemons]:.2f}x",
                 f"{ideal:.1f} s",
@@ -400,29 +423,31 @@ def scaling(
         )
     print_table(
         f"{count} conversations, model turn {turn:g} s, 4 agents per daemon,"
-        f" remote over {transport}",
+        f" remote over {transport}; median of {rounds} interleaved round(s) (min-max)",
         ["daemons", "all results on the remote", "throughput", "speed-up vs 1", "ideal",
          "over ideal"],
         rows,
     )  # fmt: skip
-    spent = {0: spent_alone, **spent}
     steps = sorted({step for found in spent.values() for step in found})
     print_table(
-        "sync time, all daemons summed: count / seconds",
+        "sync time, all daemons summed (a round's, averaged over the rounds): count / seconds",
         ["daemons", *steps],
         [
             [str(n) if n else "1, not sharing"]
             + [
-                f"{int(found.get(s, {}).get('count', 0))} / "
+                f"{found.get(s, {}).get('count', 0):.0f} / "
                 f"{found.get(s, {}).get('seconds', 0.0):.2f}"
                 for s in steps
             ]
             for n, found in spent.items()
         ],
     )
+    alone = took.pop(0)
     return {
         "conversations": count,
+        "rounds": rounds,
         "alone_s": alone,
+        "runs_s": {str(n) if n else "alone": times for n, times in runs.items()},
         "throughput": {str(n): {"seconds": t, "per_s": count / t} for n, t in took.items()},
         "scaling": {str(n): took[1] / t for n, t in took.items()},
         "timings": {str(n) if n else "alone": found for n, found in spent.items()},
@@ -440,10 +465,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--samples", type=int, default=None, help="sync lag samples (30)")
     parser.add_argument("--transport", choices=("git", "http", "file"), default="git")
     parser.add_argument("--daemons", type=int, default=3, help="most daemons measured (3)")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="interleaved rounds per size (3; --quick: 1)"
+    )
     args = parser.parse_args(argv)
     counts = args.conversations or ([24] if args.quick else [36, 108])
     turn = args.turn if args.turn is not None else (1.0 if args.quick else 2.0)
     samples = args.samples or (10 if args.quick else 30)
+    rounds = args.rounds or (1 if args.quick else 3)
     pin_environment()
     print_machine()
     from tests.messages_server import MessagesServer, text_reply
@@ -455,7 +484,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.transport == "git":
             results["relay"] = relay_latency(base / "relay", 10 if args.quick else 30, stack)
         sizes = [
-            scaling(base / f"n{count}", server, count, turn, args.transport, args.daemons)
+            scaling(base / f"n{count}", server, count, turn, args.transport, args.daemons, rounds)
             for count in counts
         ]
         results.update(sizes[0])  # the first size's numbers, where they always were
