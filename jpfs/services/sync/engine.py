@@ -380,6 +380,7 @@ class SyncEngine:
         self.relays.close()
 
     def status(self) -> dict[str, Any]:
+        """``daemon status``'s ``sync`` object (protocol/sync.md, "A tour")."""
         now = time.time()
         held = self.book.held()
         try:
@@ -393,22 +394,10 @@ class SyncEngine:
             "relayed": self.relays.upstreams,
             "machine": self.machine,
             "incarnation": self.incarnation,
-            "last_fetch_s": round(now - self.stats.last_fetch, 1)
-            if self.stats.last_fetch
-            else None,
-            "last_push_s": round(now - self.stats.last_push, 1) if self.stats.last_push else None,
             "ahead": ahead,
             "behind": behind,
             "leases_held": sorted(lease.conv_id for lease in held),
             "leases_on_remote": self.book.remote_count(),
-            "peers": self.stats.peers,
-            "claims_won": self.stats.claims_won,
-            "claims_lost": self.stats.claims_lost,
-            "takeovers": self.stats.takeovers,
-            "forfeits": self.stats.forfeits,
-            "merges": self.stats.merges,
-            "conflicts": self.stats.conflicts,
-            "last_error": self.stats.last_error,
-            "unreachable_since": self.stats.unreachable_since or None,
+            **self.stats.report(now),
             "timings": self.timings.snapshot(),
         }

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -37,6 +38,22 @@ class SyncStats:
     conflicts: list[str] = field(default_factory=list)
     peers: dict[str, int] = field(default_factory=dict)  # machine -> leases held
     working: set[str] = field(default_factory=set)  # holding leases, or released lately
+
+    def report(self, now: float) -> dict[str, Any]:
+        """The counters as ``daemon status`` shows them (``now``: the wall clock)."""
+        return {
+            "last_fetch_s": round(now - self.last_fetch, 1) if self.last_fetch else None,
+            "last_push_s": round(now - self.last_push, 1) if self.last_push else None,
+            "peers": self.peers,
+            "claims_won": self.claims_won,
+            "claims_lost": self.claims_lost,
+            "takeovers": self.takeovers,
+            "forfeits": self.forfeits,
+            "merges": self.merges,
+            "conflicts": self.conflicts,
+            "last_error": self.last_error,
+            "unreachable_since": self.unreachable_since or None,
+        }
 
 
 class Timings:
