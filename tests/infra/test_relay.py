@@ -151,6 +151,7 @@ def test_close_ends_connections_in_flight_and_stops_listening() -> None:
     [
         ([["remote", "add", "origin", "git://127.0.0.1:9/r.git"]], ["127.0.0.1:9"]),
         ([["remote", "add", "origin", "git://example.test/r.git"]], ["example.test:9418"]),
+        ([["remote", "add", "origin", "git://[::1]:9/r.git"]], ["[::1]:9"]),
         (
             [
                 ["remote", "add", "origin", "git://a.test/r.git"],
@@ -177,7 +178,7 @@ def test_close_ends_connections_in_flight_and_stops_listening() -> None:
         ),
     ],
     ids=[
-        "git-port", "git-default-port", "push-url", "http", "bad-port", "other-remote",
+        "git-port", "git-default-port", "ipv6", "push-url", "http", "bad-port", "other-remote",
         "user-proxy", "user-rewrite",
     ],
 )  # fmt: skip

@@ -60,6 +60,12 @@ class Relay:
         self.served = 0  # connections accepted
         self._spawn(self._accept, f"jpfs-relay-{self.port}")
 
+    @property
+    def address(self) -> str:
+        """The remote's ``host:port`` as a URL writes it (``[::1]:9418``)."""
+        host, port = self.upstream
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -133,8 +139,7 @@ class Relay:
         try:
             upstream = socket.create_connection(self.upstream, timeout=self.connect_timeout)
         except OSError as exc:
-            host, port = self.upstream
-            self._refuse(client, f"cannot reach {host}:{port}: {exc.strerror or exc}")
+            self._refuse(client, f"cannot reach {self.address}: {exc.strerror or exc}")
             return
         upstream.settimeout(None)
         if not self._track(upstream):
@@ -220,7 +225,7 @@ class Relays:
 
     @property
     def upstreams(self) -> list[str]:
-        return [f"{host}:{port}" for host, port in (relay.upstream for relay in self._relays)]
+        return [relay.address for relay in self._relays]
 
     def connections(self) -> int:
         """Connections relayed so far."""
