@@ -13,9 +13,10 @@ git is sent through the relay by a URL rewrite given to each command
 (``-c url.git://127.0.0.1:<port>/.insteadOf=git://<host>:<port>/``): the remote, its
 configuration and the protocol are git's as ever, only the TCP path changes. Nothing is
 relayed where that path is not ours to change (``core.gitProxy`` or
-``GIT_PROXY_COMMAND`` set: the user's proxy must stay in the path) or where the
-operating system cannot acknowledge at once (no ``TCP_QUICKACK``: a relay would only
-add a hop).
+``GIT_PROXY_COMMAND`` set: the user's proxy must stay in the path; a URL the user's own
+``insteadOf`` rewrites: git applies one rewrite, and ours would replace theirs) or where
+the operating system cannot acknowledge at once (no ``TCP_QUICKACK``: a relay would
+only add a hop).
 
 Each connection is served by two threads, one per direction, so neither side's writes
 ever wait on the other's reads. A remote that cannot be reached is answered in git's
