@@ -17,14 +17,11 @@ import pytest
 
 from jpfs.infra.git import relay
 from tests.conftest import git
+from tests.infra.test_relay import relay_threads
 
 pytestmark = pytest.mark.skipif(
     not hasattr(socket, "TCP_QUICKACK"), reason="the relay runs where TCP_QUICKACK exists"
 )
-
-
-def relay_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("jpfs-relay")]
 
 
 class Server:

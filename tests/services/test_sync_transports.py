@@ -158,3 +158,27 @@ def test_a_remote_that_goes_away_and_comes_back(
     jpfs(writer, "sync")
     assert assistant_turns(writer, 0) == 1
     fsck(remote)
+
+
+@pytest.mark.timeout(300)
+def test_sync_relay_false_reaches_a_git_remote_straight(tmp_path: Path) -> None:
+    srv = tmp_path / "srv"
+    srv.mkdir()
+    git(srv, "init", "-q", "--bare", "-b", "main", "remote.git")
+    with GitDaemon(srv).start(probe="remote.git") as served:
+        url = served.url("remote.git")
+        seed_remote(tmp_path, lease=LEASE, url=url)
+        ws = clone(tmp_path, url, "d1")
+        jpfs(ws, "config", "set", "sync.relay", "false")
+        jpfs(ws, "--cfg", "sync.relay=false", "sync")  # by hand too
+        try:
+            start_daemon(ws, "key-d1")
+            wait_until(
+                lambda: status(ws)["sync"]["last_fetch_s"] is not None,  # type: ignore[index]
+                timeout=60,
+                message="a fetch straight to the remote",
+            )
+            shown = status(ws)["sync"]
+            assert shown["relayed"] == [] and shown["last_error"] == "", shown  # type: ignore[index]
+        finally:
+            stop_daemon(ws)
