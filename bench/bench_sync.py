@@ -41,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -337,7 +338,7 @@ def lag(base: Path, server: Any, samples: int, transport: str, stack: ExitStack)
 
 def relay_latency(base: Path, rounds: int, stack: ExitStack) -> dict[str, float]:
     """Push and fetch over ``git://``, straight and relayed (interleaved), in seconds."""
-    from jpfs.infra.git import relay
+    from jpfs.infra.git import relay, wire
     from jpfs.infra.git import remote as gitremote
     from jpfs.infra.git.remote import Update
 
@@ -347,6 +348,7 @@ def relay_latency(base: Path, rounds: int, stack: ExitStack) -> dict[str, float]
         git(base, "init", "-q", "-b", "main", str(repo))
         git(repo, "remote", "add", "origin", url)
     relays = stack.enter_context(relay.for_remote(ours, "origin"))
+    specs = ["+refs/heads/*:refs/got/heads/*", "+refs/jpfs/leases/*:refs/got/leases/*"]
     times: dict[str, list[float]] = {}
     for n in range(rounds):
         for name, via in (("straight", ()), ("relayed", relays.settings)):
@@ -359,6 +361,17 @@ def relay_latency(base: Path, rounds: int, stack: ExitStack) -> dict[str, float]
             began = time.perf_counter()
             gitremote.fetch(theirs, "origin", [f"+{update.ref}:refs/got/{name}"], via=via)
             times.setdefault(f"fetch {name}", []).append(time.perf_counter() - began)
+        # What a sync cycle does when the remote holds nothing new: a fetch (relayed)
+        # that brings nothing, or a look (jpfs.services.sync.looks); wall and our CPU.
+        for name, call in (
+            ("idle fetch", lambda: gitremote.fetch(theirs, "origin", specs, via=relays.settings)),
+            ("look", lambda: wire.list_refs(url, ["refs/heads/", "refs/jpfs/leases/"])),
+        ):
+            call()  # brings this round's new refs: the one timed finds nothing new
+            began, cpu = time.perf_counter(), own_cpu()
+            call()
+            times.setdefault(name, []).append(time.perf_counter() - began)
+            times.setdefault(f"{name} cpu", []).append(own_cpu() - cpu)
     medians = {key: percentile(values, 50) for key, values in times.items()}
     print_table(
         f"git:// to git daemon on 127.0.0.1, straight vs through the relay ({rounds} each)",
@@ -373,7 +386,23 @@ def relay_latency(base: Path, rounds: int, stack: ExitStack) -> dict[str, float]
             for what in ("push", "fetch")
         ],
     )
+    print_table(
+        f"a sync cycle with nothing new: a fetch (relayed) vs a look in the process ({rounds} each)",
+        ["", "wall", "our cpu (with git's)"],
+        [
+            [what, f"{medians[what] * 1000:.1f} ms", f"{medians[f'{what} cpu'] * 1000:.2f} ms"]
+            for what in ("idle fetch", "look")
+        ],
+    )
     return {f"{key.replace(' ', '_')}_s": value for key, value in medians.items()}
+
+
+def own_cpu() -> float:
+    """CPU seconds of this process and the children it reaped (git)."""
+    self_, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return self_.ru_utime + self_.ru_stime + children.ru_utime + children.ru_stime
 
 
 def scaling(

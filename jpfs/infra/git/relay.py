@@ -258,25 +258,35 @@ def git_base(url: str) -> str | None:
 
 
 def for_remote(repo: Path, remote: str) -> Relays:
-    """Relays for ``remote``'s ``git://`` fetch and push URLs. None where the TCP path is
-    the user's to choose (a proxy: ``core.gitProxy``, ``GIT_PROXY_COMMAND``; a URL the
-    user's own ``insteadOf`` rewrites) or where acknowledging at once is not possible
-    (see the module's docstring)."""
-    if _QUICKACK is None or os.environ.get("GIT_PROXY_COMMAND"):
+    """Relays for ``remote``'s ``git://`` fetch and push URLs; none where the TCP path is
+    the user's to choose (see :func:`direct_urls`) or where acknowledging at once is not
+    possible (see the module's docstring)."""
+    if _QUICKACK is None:
         return Relays(())
+    return Relays(url for _, url in direct_urls(repo, remote))
+
+
+def direct_urls(repo: Path, remote: str) -> list[tuple[str, str]]:
+    """``remote``'s URLs that git connects to as written: ``("url" | "pushurl", url)``
+    in git's order; none where the TCP path is the user's to choose: a proxy
+    (``core.gitProxy``, ``GIT_PROXY_COMMAND``) must stay in it, and a URL the user's own
+    ``insteadOf`` rewrites goes where they said (git applies one rewrite, and ours would
+    replace theirs)."""
+    if os.environ.get("GIT_PROXY_COMMAND"):
+        return []
     listed = runner.run(
         repo, ["config", "-z", "--get-regexp", r"^(remote|url|core)\."], check=False
     )
-    urls: list[str] = []
+    urls: list[tuple[str, str]] = []
     rewritten: list[str] = []
     for entry in listed.stdout.split("\0"):
         key, _, value = entry.partition("\n")
         section, _, rest = key.partition(".")
         name, _, variable = rest.rpartition(".")
         if key == "core.gitproxy":
-            return Relays(())
+            return []
         if section == "remote" and name == remote and variable in ("url", "pushurl"):
-            urls.append(value)
+            urls.append((variable, value))
         elif section == "url" and variable in ("insteadof", "pushinsteadof"):
             rewritten.append(value)
-    return Relays(url for url in urls if not any(url.startswith(old) for old in rewritten))
+    return [(v, url) for v, url in urls if not any(url.startswith(old) for old in rewritten)]

@@ -63,7 +63,10 @@ class SharedRecord:
             f"; git:// to {', '.join(relayed)} relayed in process" if relayed else "",
         )
         self._thread = threading.Thread(
-            target=cycling.run, args=(self.engine, self._stop), name="jpfs-sync", daemon=True
+            target=cycling.run,
+            args=(self.engine, self._stop, self._wants_work),
+            name="jpfs-sync",
+            daemon=True,
         )
         self._thread.start()
 
@@ -74,6 +77,13 @@ class SharedRecord:
         if self._thread is not None:
             self._thread.join(60.0)
         self.engine.close()
+
+    def _wants_work(self) -> bool:
+        """Nothing runs or waits here: new work would start at once. (A daemon with runs
+        of its own finds its next work in the record it has, and an early cycle would
+        hold back the push of their results.)"""
+        jobs, queued = self.pool.snapshot()
+        return not queued and not jobs
 
     def take(self, conv: Conversation, verdict: Verdict, held: contextlib.ExitStack) -> Verdict:
         """Claim ``conv`` and do what needs no model (adopt, record an error); the

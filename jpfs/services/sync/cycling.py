@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from jpfs.errors import JpfsError
 from jpfs.services.sync.engine import SyncEngine
@@ -16,14 +17,20 @@ from jpfs.services.sync.engine import SyncEngine
 log = logging.getLogger("jpfs.services.sync")
 
 
-def run(engine: SyncEngine, stop: threading.Event) -> None:
-    """Cycle until ``stop``: every ``interval``, or at once when woken."""
-    woken = False
+def run(
+    engine: SyncEngine, stop: threading.Event, wanted: Callable[[], bool] | None = None
+) -> None:
+    """Cycle until ``stop``: every ``interval``, or at once when woken. ``wanted()``:
+    whether new work would start now (a free agent); while it is, the remote is looked
+    at every quarter ``interval`` between cycles, and a cycle starts when its record
+    moved."""
+    after = "due"
     while not stop.is_set():
         engine.wake.clear()
         began, failed = time.monotonic(), True
         try:
-            engine.sync_once(eager=woken)
+            # Woken: a run ended, its work to push; moved: a look found news to fetch.
+            engine.sync_once(eager=after == "woken", look=after == "due")
             engine.sweep()
             engine.stats.last_error = ""
             failed = False
@@ -41,10 +48,25 @@ def run(engine: SyncEngine, stop: threading.Event) -> None:
         # not one plus a cycle), at least a quarter of it apart; after a failure, a
         # whole interval from its end.
         spent = time.monotonic() - began
-        woken = engine.wake.wait(
-            engine.interval if failed else max(engine.interval / 4, engine.interval - spent)
+        after = wait_cycle(
+            engine,
+            engine.interval if failed else max(engine.interval / 4, engine.interval - spent),
+            None if failed else wanted,
         )
     try:
         engine.sync_once()  # hand back what we hold
     except JpfsError as exc:
         log.warning("sync at stop: %s", exc)
+
+
+def wait_cycle(engine: SyncEngine, seconds: float, wanted: Callable[[], bool] | None) -> str:
+    """Until the next cycle is due (``"due"``: ``seconds`` passed), ``"woken"`` (a run
+    ended, or stop) or ``"moved"``: the remote's record moved while ``wanted()``."""
+    deadline = time.monotonic() + seconds
+    step = engine.interval / 4
+    while (left := deadline - time.monotonic()) > 0:
+        if engine.wake.wait(min(left, step)):
+            return "woken"
+        if wanted is not None and left > 1.5 * step and wanted() and engine.remote_moved():
+            return "moved"
+    return "due"

@@ -25,7 +25,7 @@ from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ConfigError, GitError, JpfsError
 from jpfs.infra import git
-from jpfs.infra.git import refs, relay
+from jpfs.infra.git import refs, relay, wire
 from jpfs.infra.git import remote as gitremote
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
@@ -37,6 +37,7 @@ from jpfs.services.sync.leases import (
     new_incarnation,
     read_value,
 )
+from jpfs.services.sync.looks import Looks
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
 
@@ -75,17 +76,32 @@ class SyncEngine:
         gitremote.check_remote(self.repo, self.remote)
         # git:// answers come without delayed-ACK stalls through a relay of ours
         # (jpfs.infra.git.relay); every git command that reaches the remote uses ``via``.
+        # Between cycles a daemon with a free agent looks at a git:// remote's record in
+        # the process (jpfs.infra.git.wire), so new work is not left for the next cycle.
         self.relays = (
             relay.for_remote(self.repo, self.remote)
             if ws.config["sync.relay"]
             else relay.Relays(())
         )
-        self.via = self.relays.settings
+        # Our pushes keep the tracking refs of the leases they write up to date (git
+        # updates the tracking ref a fetch refspec maps a pushed ref to), as a fetch
+        # would: so a look (fetch(look=True)) finds nothing new after them.
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
+        tracking = f"remote.{self.remote}.fetch=+{LEASE_NS}*:{self.track_leases}*"
+        self.via = (*self.relays.settings, tracking)
         self.book = LeaseBook(self.repo, self.machine, self.incarnation, lease)
         self.stats = SyncStats()
         self.timings = Timings()
+        self.looks = Looks(
+            wire.url_for(self.repo, self.remote) if ws.config["sync.relay"] else None,
+            self.repo,
+            self.branch,
+            (self.track_record, self.track_leases),
+            timeout=min(10.0, max(1.0, self.interval)),
+            timings=self.timings,
+            stats=self.stats,
+        )
         self.on_lost = on_lost or (lambda conv_id: None)
         self.on_moved = on_moved or (lambda before, after: None)  # a peer's record taken in
         self.wake = threading.Event()
@@ -116,7 +132,7 @@ class SyncEngine:
 
     # -- one cycle ---------------------------------------------------------------------------
     def sync_once(
-        self, *, push: bool = True, eager: bool = False, observe: bool = True
+        self, *, push: bool = True, eager: bool = False, observe: bool = True, look: bool = True
     ) -> Integration:
         """Fetch, integrate, push (retrying when a peer pushed in between).
 
@@ -126,16 +142,18 @@ class SyncEngine:
         fetch before it costs a round trip on every result, and at the end of a burst,
         when several machines push at once, it widens each one's window to be overtaken.
         ``observe``: the cycle leaves a view of the leases no older than ``interval``
-        (a daemon's claims rely on it; ``jpfs sync`` holds none)."""
+        (a daemon's claims rely on it; ``jpfs sync`` holds none). ``look``: the fetch
+        first asks whether there is anything to fetch (:meth:`fetch`); most cycles find
+        nothing new, which a look says for less."""
         if push and eager and self._ahead():
             if self.push():
                 if not observe or time.monotonic() - self.observed_at < self.interval:
                     return Integration("up-to-date")
-                outcome = self.pull()  # and push below what it merged, if anything
+                outcome = self.pull(look=look)  # and push below what it merged, if any
             else:
                 outcome = self.pull(fetched=True)  # the failed push fetched theirs
         else:
-            outcome = self.pull()
+            outcome = self.pull(look=look)
             if not push:
                 return outcome
         for _attempt in range(_PUSH_ATTEMPTS):
@@ -163,14 +181,15 @@ class SyncEngine:
             return False
         return refs.is_ancestor(self.repo, theirs, ours)
 
-    def pull(self, *, fetched: bool = False) -> Integration:
-        """Fetch (unless ``fetched``: a failed push just did) and integrate."""
+    def pull(self, *, fetched: bool = False, look: bool = False) -> Integration:
+        """Fetch (unless ``fetched``: a failed push just did; ``look``: see
+        :meth:`fetch`) and integrate."""
         with self._pulling:
             # What pull_since asks about: when the fetch this pull integrates began (with
             # the pull held and on the cycle's thread, no other fetch is in flight).
             started = self._fetch_started if fetched else time.monotonic()
             if not fetched:
-                self.fetch()
+                self.fetch(look=look)
             self._pull_started = started
             theirs = refs.resolve(self.repo, self.track_record)
             if theirs is None:
@@ -213,28 +232,21 @@ class SyncEngine:
                 return self._last_pull
             return self.pull()
 
-    def fetch(self) -> dict[str, str]:
-        """Fetch the remote's record and leases; returns its leases (ref -> value)."""
+    def fetch(self, *, look: bool = False) -> dict[str, str]:
+        """Fetch the remote's record and leases; returns its leases (ref -> value).
+        ``look``: list the remote's refs first, and fetch only if they are not the ones
+        a fetch left here (:mod:`jpfs.services.sync.looks`)."""
         with self._fetching:  # git locks the tracking refs a fetch writes
             began = self._fetch_started = time.monotonic()
-            specs = [
-                f"+refs/heads/{self.branch}:{self.track_record}",
-                f"+{LEASE_NS}*:{self.track_leases}*",
-            ]
-            common = self.common_ground()
-            with self.timings.step("fetch"), self._reaching():
-                try:
-                    gitremote.fetch(self.repo, self.remote, specs, negotiate=common, via=self.via)
-                except GitError as exc:
-                    if "couldn't find remote ref" not in str(exc):
-                        raise
-                    # No record there yet.
-                    gitremote.fetch(self.repo, self.remote, specs[1:], via=self.via)
+            tracked = refs.messages_under(self.repo, self.track_leases)
+            if not (look and self.looks.unchanged(tracked)):
+                self._fetch_refs()
+                tracked = refs.messages_under(self.repo, self.track_leases)
             remote: dict[str, str] = {}
             released: dict[str, str] = {}
             peers: dict[str, int] = {}
             working: set[str] = set()
-            for ref, (oid, message) in refs.messages_under(self.repo, self.track_leases).items():
+            for ref, (oid, message) in tracked.items():
                 name = LEASE_NS + ref.removeprefix(self.track_leases)
                 remote[name] = oid
                 holder, record, releaser = read_value(message)
@@ -254,6 +266,26 @@ class SyncEngine:
             self.stats.fetches += 1
             self.stats.last_fetch = time.time()
             return remote
+
+    def _fetch_refs(self) -> None:
+        specs = [
+            f"+refs/heads/{self.branch}:{self.track_record}",
+            f"+{LEASE_NS}*:{self.track_leases}*",
+        ]
+        common = self.common_ground()
+        with self.timings.step("fetch"), self._reaching():
+            try:
+                gitremote.fetch(self.repo, self.remote, specs, negotiate=common, via=self.via)
+            except GitError as exc:
+                if "couldn't find remote ref" not in str(exc):
+                    raise
+                # No record there yet.
+                gitremote.fetch(self.repo, self.remote, specs[1:], via=self.via)
+
+    def remote_moved(self) -> bool:
+        """Whether the remote's record is no longer the one last fetched (a look,
+        :mod:`jpfs.services.sync.looks`; False where it cannot tell)."""
+        return self.looks.record_moved()
 
     def common_ground(self) -> list[str]:
         """What the remote surely has, for a fetch to negotiate from: the record as it

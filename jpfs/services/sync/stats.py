@@ -1,7 +1,8 @@
 """What a sync engine did (:class:`SyncStats`) and where its time went (:class:`Timings`:
 count and seconds per step), for ``daemon status`` and bench/.
 
-The steps are the ones that wait on the remote or on the record: ``fetch``,
+The steps are the ones that wait on the remote or on the record: ``look`` (the
+remote's refs listed in the process, :mod:`jpfs.services.sync.looks`), ``fetch``,
 ``integrate`` (a peer's record merged into ours), ``push`` (record and leases),
 ``renew`` (leases alone), ``claim`` (a lease's compare-and-swap, pushed with the claims
 made meanwhile), ``claim-known`` (a claim whose files needed nothing more: its release
