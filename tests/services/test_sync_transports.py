@@ -89,6 +89,15 @@ def test_two_daemons_share_the_work_over_a_network_remote(
             # git:// goes through the daemon's relay (protocol/sync.md); HTTP does not.
             relayed = [f"127.0.0.1:{served.port}"] if isinstance(served, GitDaemon) else []
             assert status(ws)["sync"]["relayed"] == relayed  # type: ignore[index]
+            if isinstance(served, GitDaemon):
+                # Idle now: it looks at the remote in the process (sync.md, "looked at").
+                wait_until(
+                    lambda ws=ws: status(ws)["sync"]["timings"].get("look", {}).get("count"),  # type: ignore[index]
+                    timeout=60,
+                    message="an idle daemon to look at the remote",
+                )
+            else:
+                assert "look" not in status(ws)["sync"]["timings"]  # type: ignore[index]
     finally:
         for ws in daemons:
             stop_daemon(ws)
@@ -180,5 +189,6 @@ def test_sync_relay_false_reaches_a_git_remote_straight(tmp_path: Path) -> None:
             )
             shown = status(ws)["sync"]
             assert shown["relayed"] == [] and shown["last_error"] == "", shown  # type: ignore[index]
+            assert "look" not in shown["timings"], shown  # type: ignore[index]
         finally:
             stop_daemon(ws)

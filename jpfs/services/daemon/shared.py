@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from jpfs.core import record
@@ -52,6 +53,7 @@ class SharedRecord:
         claims.adopt(self.engine, ws)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._idle_since: float | None = None  # since when no run went or waited here
 
     def start(self) -> None:
         relayed = self.engine.relays.upstreams
@@ -79,11 +81,18 @@ class SharedRecord:
         self.engine.close()
 
     def _wants_work(self) -> bool:
-        """Nothing runs or waits here: new work would start at once. (A daemon with runs
-        of its own finds its next work in the record it has, and an early cycle would
-        hold back the push of their results.)"""
+        """Nothing has run or waited here for a ``sync.interval``: new work would start
+        at once. (A daemon with runs of its own finds its next work in the record it
+        has; and one whose runs just ended is at the end of a burst, where its looks
+        would only contend with the peers pushing their last results.)"""
         jobs, queued = self.pool.snapshot()
-        return not queued and not jobs
+        now = time.monotonic()
+        if jobs or queued:
+            self._idle_since = None
+            return False
+        if self._idle_since is None:
+            self._idle_since = now
+        return now - self._idle_since >= self.engine.interval
 
     def take(self, conv: Conversation, verdict: Verdict, held: contextlib.ExitStack) -> Verdict:
         """Claim ``conv`` and do what needs no model (adopt, record an error); the
