@@ -17,6 +17,8 @@ import pytest
 from jpfs.core.workspace import open_workspace
 from jpfs.errors import GitError
 from jpfs.infra.git import refs
+from jpfs.infra.git import remote as gitremote
+from jpfs.infra.git.remote import Update
 from jpfs.services.sync import cycling
 from jpfs.services.sync.engine import SyncEngine
 from jpfs.services.sync.leases import LEASE_NS, lease_ref
@@ -74,22 +76,58 @@ def test_a_fetch_that_would_bring_nothing_is_a_look(shared: Shared) -> None:
     assert seen is not None and seen.oid == remote_ref(remote, lease_ref("job"))
 
 
-def test_our_own_pushes_leave_nothing_to_fetch(shared: Shared) -> None:
-    """git updates the lease tracking refs our pushes write, as a fetch would."""
+def test_the_cycles_own_pushes_leave_nothing_to_fetch(shared: Shared) -> None:
+    """git updates the lease tracking refs the cycle's pushes write, as a fetch would. A
+    claim's push (from a worker's thread) does not: a fetch follows it."""
     remote, ours, _, _ = shared
     ours.fetch()
-    assert ours.claim("job")  # a lease pushed
+    assert ours.claim("job")
     ours.fetch(look=True)
+    assert counts(ours) == (2, 1)
     commit_in_record(ours.ws.root, "job", "result.md", "done\n")
     ours.release("job")
     ours.sync_once()  # the record and the release (a tombstone) pushed together
-    fetched, _ = counts(ours)
     ours.fetch(look=True)
-    assert counts(ours)[0] == fetched == 1
+    assert counts(ours)[0] == 2
     tracked = refs.resolve(ours.repo, ours.track_leases + lease_ref("job").removeprefix(LEASE_NS))
     assert tracked == remote_ref(remote, lease_ref("job"))
     seen = ours.book.seen(lease_ref("job"))
     assert seen is not None and seen.released == remote_ref(remote, "jpfs-record")
+
+
+def test_a_fetch_beside_the_cycles_pushes_does_not_fail(shared: Shared) -> None:
+    """A fetch off the cycle's thread (after a lost claim) while the cycle's pushes move
+    the tracking refs it writes: git refuses a ref that moved under it, and the fetch is
+    made again."""
+    _, ours, _, _ = shared
+    ours.fetch()
+    stop, failures = threading.Event(), []
+    tree = git(ours.ws.root, "rev-parse", "HEAD^{tree}").strip()
+
+    def push_leases() -> None:
+        held: dict[str, str | None] = {}
+        n = 0
+        while not stop.is_set():
+            n += 1
+            ref = f"{LEASE_NS}stress{n % 3}"
+            value = git(ours.ws.root, "commit-tree", "-m", f"lease {n}", tree).strip()
+            pushed = gitremote.push(
+                ours.repo, "origin", [Update(ref, value, held.get(ref))], via=ours.cycle_via
+            )
+            if not pushed.ok:
+                failures.append(n)
+            held[ref] = value
+
+    pusher = threading.Thread(target=push_leases)
+    pusher.start()
+    try:
+        for _ in range(40):
+            ours.fetch()  # raises if a ref moved under it five times in a row
+    finally:
+        stop.set()
+        pusher.join(60)
+    assert not failures
+    assert counts(ours)[0] >= 41
 
 
 def test_an_idle_wait_ends_when_the_remote_record_moves(shared: Shared) -> None:

@@ -21,9 +21,9 @@ def run(
     engine: SyncEngine, stop: threading.Event, wanted: Callable[[], bool] | None = None
 ) -> None:
     """Cycle until ``stop``: every ``interval``, or at once when woken. ``wanted()``:
-    whether new work would start now (a free agent); while it is, the remote is looked
-    at every quarter ``interval`` between cycles, and a cycle starts when its record
-    moved."""
+    whether the daemon is idle (new work would start at once); while it is, the remote
+    is looked at every quarter ``interval`` between cycles, and a cycle starts when its
+    record moved (:mod:`jpfs.services.sync.looks`)."""
     after = "due"
     while not stop.is_set():
         engine.wake.clear()

@@ -44,6 +44,7 @@ from jpfs.services.sync.stats import SyncStats, Timings
 log = logging.getLogger("jpfs.services.sync")
 
 _PUSH_ATTEMPTS = 4
+_FETCH_ATTEMPTS = 5
 
 
 class SyncEngine:
@@ -76,20 +77,24 @@ class SyncEngine:
         gitremote.check_remote(self.repo, self.remote)
         # git:// answers come without delayed-ACK stalls through a relay of ours
         # (jpfs.infra.git.relay); every git command that reaches the remote uses ``via``.
-        # Between cycles a daemon with a free agent looks at a git:// remote's record in
-        # the process (jpfs.infra.git.wire), so new work is not left for the next cycle.
+        # A git:// remote is also looked at in the process (jpfs.services.sync.looks):
+        # a cycle fetches only when there is something new, and an idle daemon looks
+        # between cycles.
         self.relays = (
             relay.for_remote(self.repo, self.remote)
             if ws.config["sync.relay"]
             else relay.Relays(())
         )
-        # Our pushes keep the tracking refs of the leases they write up to date (git
-        # updates the tracking ref a fetch refspec maps a pushed ref to), as a fetch
-        # would: so a look (fetch(look=True)) finds nothing new after them.
+        self.via = self.relays.settings
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
+        # The cycle's own pushes keep the tracking refs of the leases they write up to
+        # date, as a fetch would (git updates the tracking ref a fetch refspec maps a
+        # pushed ref to): so the next look finds nothing new. Only the cycle's: its
+        # fetches run on the same thread, and a fetch fails on a tracking ref that
+        # moved under it (claims push from the workers' threads, without).
         tracking = f"remote.{self.remote}.fetch=+{LEASE_NS}*:{self.track_leases}*"
-        self.via = (*self.relays.settings, tracking)
+        self.cycle_via = (*self.via, tracking)
         self.book = LeaseBook(self.repo, self.machine, self.incarnation, lease)
         self.stats = SyncStats()
         self.timings = Timings()
@@ -238,8 +243,12 @@ class SyncEngine:
         a fetch left here (:mod:`jpfs.services.sync.looks`)."""
         with self._fetching:  # git locks the tracking refs a fetch writes
             began = self._fetch_started = time.monotonic()
-            tracked = refs.messages_under(self.repo, self.track_leases)
-            if not (look and self.looks.unchanged(tracked)):
+            tracked = None
+            if look and self.looks.url is not None:
+                tracked = refs.messages_under(self.repo, self.track_leases)
+                if not self.looks.unchanged(tracked):
+                    tracked = None
+            if tracked is None:
                 self._fetch_refs()
                 tracked = refs.messages_under(self.repo, self.track_leases)
             remote: dict[str, str] = {}
@@ -274,13 +283,19 @@ class SyncEngine:
         ]
         common = self.common_ground()
         with self.timings.step("fetch"), self._reaching():
-            try:
-                gitremote.fetch(self.repo, self.remote, specs, negotiate=common, via=self.via)
-            except GitError as exc:
-                if "couldn't find remote ref" not in str(exc):
-                    raise
-                # No record there yet.
-                gitremote.fetch(self.repo, self.remote, specs[1:], via=self.via)
+            for attempt in range(_FETCH_ATTEMPTS):
+                try:
+                    gitremote.fetch(self.repo, self.remote, specs, negotiate=common, via=self.via)
+                except GitError as exc:
+                    if "cannot lock ref" in str(exc) and attempt + 1 < _FETCH_ATTEMPTS:
+                        # A push of the cycle's moved a tracking ref under a fetch made
+                        # off the cycle's thread (a claim's); the next fetch sees both.
+                        continue
+                    if "couldn't find remote ref" not in str(exc):
+                        raise
+                    # No record there yet.
+                    gitremote.fetch(self.repo, self.remote, specs[1:], via=self.via)
+                return
 
     def remote_moved(self) -> bool:
         """Whether the remote's record is no longer the one last fetched (a look,
@@ -331,7 +346,7 @@ class SyncEngine:
             if not updates:
                 return True
             with self.timings.step("push" if send else "renew"), self._reaching():
-                result = gitremote.push(self.repo, self.remote, updates, via=self.via)
+                result = gitremote.push(self.repo, self.remote, updates, via=self.cycle_via)
             if result.ok:
                 if send:
                     self._scanned.clear()  # pushed: theirs holds it now, never scanned again
@@ -405,7 +420,7 @@ class SyncEngine:
         self._swept = now
         stale = [Update(ref, None, oid) for ref, oid in self.book.tombstones(self.tombstone_age)]
         if stale:
-            gitremote.push(self.repo, self.remote, stale, atomic=False, via=self.via)
+            gitremote.push(self.repo, self.remote, stale, atomic=False, via=self.cycle_via)
 
     def close(self) -> None:
         """Stop the relays (the engine's git commands are done)."""

@@ -2,13 +2,13 @@
 fetch would not change.
 
 A sharing daemon's cycle fetches every ``sync.interval``, and most fetches find
-nothing new; with an idle agent, it also wants new work before the next cycle. A look
+nothing new; an idle daemon also wants new work before the next cycle. A look
 (:func:`jpfs.infra.git.wire.list_refs`, one connection, no program started) answers
 both: whether the remote's record moved, and whether its record and leases are the
-ones the last fetch (or our own pushes, which update the same tracking refs) left here,
-in which case the fetch is skipped and the tracking refs are read as they are. Where
-there is no ``git://`` URL to look at, or the look fails, the fetch runs as before and
-reports what went wrong.
+ones the last fetch (or the cycle's own pushes, which update the same tracking refs)
+left here, in which case the fetch is skipped and the tracking refs are read as they
+are. Where there is no ``git://`` URL to look at, or the look fails, the fetch runs as
+before and reports what went wrong.
 """
 
 from __future__ import annotations
