@@ -30,7 +30,8 @@ PREFIXES = [["refs/heads/jpfs-record"], ["refs/jpfs/leases/"], ["refs/heads/", "
 def served(tmp_path: Path) -> Iterator[GitDaemon]:
     srv = tmp_path / "srv"
     srv.mkdir()
-    with GitDaemon(srv).start() as daemon:
+    git(srv, "init", "-q", "--bare", "probe.git")  # to know when it answers
+    with GitDaemon(srv).start(probe="probe.git") as daemon:
         yield daemon
 
 
