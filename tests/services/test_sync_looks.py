@@ -172,20 +172,26 @@ def test_a_remote_gone_fails_the_fetch_not_the_look(shared: Shared) -> None:
     assert not ours.stats.unreachable_since
 
 
-@pytest.mark.parametrize("setting", ["sync.relay", "url.insteadOf", "core.gitProxy"])
+@pytest.mark.parametrize("setting", ["sync.relay", "url.insteadOf", "core.gitProxy", "2nd url"])
 def test_no_look_where_git_would_not_go_straight(
     shared: Shared, setting: str, cli: Callable[..., Result]
 ) -> None:
     """Off with ``sync.relay = false``, and where the user routes the TCP path (their
-    own URL rewrite; a proxy, here for another host)."""
-    _, ours, _, served = shared
+    own URL rewrite; a proxy, here for another host) or git fetches from another URL
+    (the first of two)."""
+    remote, ours, _, served = shared
     base = f"git://127.0.0.1:{served.port}/"
     if setting == "sync.relay":
         assert cli("config", "set", "sync.relay", "false").code == 0
     elif setting == "url.insteadOf":
         git(ours.ws.root, "config", f"url.{base}.insteadOf", base)
-    else:
+    elif setting == "core.gitProxy":
         git(ours.ws.root, "config", "core.gitProxy", "/bin/false for example.com")
+    else:
+        # git fetches from the first URL, which the user's rewrite makes a path.
+        git(ours.ws.root, "config", f"url.{remote}.insteadOf", "alias:")
+        git(ours.ws.root, "remote", "set-url", "origin", "alias:")
+        git(ours.ws.root, "config", "--add", "remote.origin.url", served.url(remote.name))
     assert_fetches_without_looking(ours.ws.root)
 
 

@@ -46,18 +46,18 @@ class Target:
         return f"git://{self.netloc}{self.path}"
 
 
-def url_for(repo: Path, remote: str) -> str | None:
-    """The ``git://`` URL ``remote`` fetches from, when git connects to it as written
+def url_for(repo: Path, remote: str, fetched_from: str) -> str | None:
+    """``fetched_from`` (the URL git fetches ``remote`` from: ``git remote get-url``,
+    rewrites applied) when it is a ``git://`` URL git connects to as written
     (:func:`jpfs.infra.git.relay.direct_urls`: no proxy, no rewrite of the user's);
     None otherwise."""
-    for variable, url in relay.direct_urls(repo, remote):
-        if variable == "url":
-            try:
-                Target(url)
-            except ValueError:
-                return None
-            return url
-    return None
+    if fetched_from not in [url for kind, url in relay.direct_urls(repo, remote) if kind == "url"]:
+        return None
+    try:
+        Target(fetched_from)
+    except ValueError:
+        return None
+    return fetched_from
 
 
 def pkt(payload: bytes) -> bytes:

@@ -74,7 +74,7 @@ class SyncEngine:
         self.incarnation = incarnation or new_incarnation()
         self.branch = ws.record_branch
         self.repo = ws.root
-        gitremote.check_remote(self.repo, self.remote)
+        fetched_from = gitremote.check_remote(self.repo, self.remote)
         # git:// answers come without delayed-ACK stalls through a relay of ours
         # (jpfs.infra.git.relay); every git command that reaches the remote uses ``via``.
         # A git:// remote is also looked at in the process (jpfs.services.sync.looks):
@@ -99,7 +99,7 @@ class SyncEngine:
         self.stats = SyncStats()
         self.timings = Timings()
         self.looks = Looks(
-            wire.url_for(self.repo, self.remote) if ws.config["sync.relay"] else None,
+            wire.url_for(self.repo, self.remote, fetched_from) if ws.config["sync.relay"] else None,
             self.repo,
             self.branch,
             (self.track_record, self.track_leases),
