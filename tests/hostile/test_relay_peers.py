@@ -17,43 +17,12 @@ import pytest
 
 from jpfs.infra.git import relay
 from tests.conftest import git
+from tests.gitservers import Peer
 from tests.infra.test_relay import relay_threads
 
 pytestmark = pytest.mark.skipif(
     not hasattr(socket, "TCP_QUICKACK"), reason="the relay runs where TCP_QUICKACK exists"
 )
-
-
-class Server:
-    """A TCP server on 127.0.0.1 whose every connection is handled by ``behave``."""
-
-    def __init__(self, behave: Callable[[socket.socket], None]) -> None:
-        self.behave = behave
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.sock.getsockname()[1])
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                self.behave(conn)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
-        self.thread.join(10)
-        assert not self.thread.is_alive()
 
 
 def hang_up(conn: socket.socket) -> None:
@@ -81,7 +50,7 @@ def repo(tmp_path: Path) -> Iterator[Path]:
 def test_a_misbehaving_server_fails_git_cleanly_and_the_relay_goes_on(
     repo: Path, behave: Callable[[socket.socket], None]
 ) -> None:
-    server = Server(behave)
+    server = Peer(behave)
     try:
         git(repo, "remote", "add", "origin", f"git://127.0.0.1:{server.port}/r.git")
         with relay.for_remote(repo, "origin") as relays:
@@ -110,7 +79,7 @@ def test_clients_that_never_speak_or_leave_at_once_leak_nothing() -> None:
         if conn.recv(4096) == b"0000":
             answered.set()
 
-    server = Server(answer)
+    server = Peer(answer)
     try:
         with relay.Relay("127.0.0.1", server.port) as relayed:
             socket.create_connection(("127.0.0.1", relayed.port), timeout=10).close()

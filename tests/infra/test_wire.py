@@ -8,7 +8,6 @@ advertisement as ``git upload-pack`` writes it. Then what a remote may do wrong.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import socket
 import subprocess
@@ -21,7 +20,7 @@ import pytest
 from jpfs.errors import GitError
 from jpfs.infra.git import wire
 from tests.conftest import git
-from tests.gitservers import GitDaemon, free_port
+from tests.gitservers import GitDaemon, Peer, free_port
 
 PREFIXES = [["refs/heads/jpfs-record"], ["refs/jpfs/leases/"], ["refs/heads/", "refs/tags/v"]]
 
@@ -85,51 +84,31 @@ def test_an_empty_repository_lists_nothing(served: GitDaemon) -> None:
     assert wire.list_refs(served.url("empty.git"), ["refs/"]) == {}
 
 
-class OneAnswer:
-    """A TCP server on 127.0.0.1 that reads a request and answers it with ``answer(request)``
-    (bytes, sent in pieces of ``piece``), or hangs up, for what a remote may do wrong."""
+def answering(
+    answer: Callable[[bytes], bytes | None], piece: int = 1 << 16
+) -> Callable[[socket.socket], None]:
+    """A remote that reads a request and answers ``answer(request)`` (sent in pieces of
+    ``piece`` bytes), or says nothing (None), for what a remote may do wrong."""
 
-    def __init__(self, answer: Callable[[bytes], bytes | None], piece: int = 1 << 16) -> None:
-        self.answer, self.piece = answer, piece
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+    def behave(conn: socket.socket) -> None:
+        reply = answer(conn.recv(65536))
+        if reply is None:
+            return
+        for start in range(0, len(reply), piece):
+            conn.sendall(reply[start : start + piece])
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(65536):
+            pass
 
-    def url(self) -> str:
-        return f"git://127.0.0.1:{self.port}/remote.git"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            with conn:
-                request = conn.recv(65536)
-                reply = self.answer(request)
-                if reply is None:
-                    continue
-                for start in range(0, len(reply), self.piece):
-                    conn.sendall(reply[start : start + self.piece])
-                conn.shutdown(socket.SHUT_WR)
-                while conn.recv(65536):
-                    pass
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes accept(); close alone may not
-        self.listener.close()
-        self.thread.join(10)
-        assert not self.thread.is_alive()
+    return behave
 
 
 @pytest.fixture
-def answering() -> Iterator[Callable[..., OneAnswer]]:
-    made: list[OneAnswer] = []
+def peers() -> Iterator[Callable[[Callable[[socket.socket], None]], Peer]]:
+    made: list[Peer] = []
 
-    def make(answer: Callable[[bytes], bytes | None], piece: int = 1 << 16) -> OneAnswer:
-        made.append(OneAnswer(answer, piece))
+    def make(behave: Callable[[socket.socket], None]) -> Peer:
+        made.append(Peer(behave))
         return made[-1]
 
     yield make
@@ -138,7 +117,7 @@ def answering() -> Iterator[Callable[..., OneAnswer]]:
 
 
 def test_a_version_0_advertisement_is_read_and_filtered(
-    tmp_path: Path, answering: Callable[..., OneAnswer]
+    tmp_path: Path, peers: Callable[..., Peer]
 ) -> None:
     """A server that does not speak version 2 advertises every ref at once: the bytes
     here are ``git upload-pack``'s own, sent one byte per read."""
@@ -148,7 +127,7 @@ def test_a_version_0_advertisement_is_read_and_filtered(
     advertised = subprocess.run(
         ["git", "upload-pack", "--advertise-refs", str(repo)], capture_output=True, check=True
     ).stdout
-    server = answering(lambda request: advertised, piece=1)
+    server = peers(answering(lambda request: advertised, piece=1))
     for prefixes in PREFIXES:
         assert wire.list_refs(server.url(), prefixes) == by_git(str(repo), prefixes, tmp_path)
 
@@ -169,17 +148,17 @@ def test_a_version_0_advertisement_is_read_and_filtered(
     ],
 )
 def test_a_remote_that_answers_wrong_is_a_git_error(
-    answering: Callable[..., OneAnswer], answer: bytes, says: str
+    peers: Callable[..., Peer], answer: bytes, says: str
 ) -> None:
-    server = answering(lambda request: answer)
+    server = peers(answering(lambda request: answer))
     with pytest.raises(GitError) as caught:
         wire.list_refs(server.url(), ["refs/"], timeout=10)
     assert says.replace("PORT", str(server.port)) in str(caught.value)
 
 
-def test_a_remote_that_says_nothing_times_out(answering: Callable[..., OneAnswer]) -> None:
+def test_a_remote_that_says_nothing_times_out(peers: Callable[..., Peer]) -> None:
     quiet = threading.Event()
-    server = answering(lambda request: (quiet.wait(30), None)[1])
+    server = peers(answering(lambda request: (quiet.wait(30), None)[1]))
     try:
         with pytest.raises(GitError, match="timed out"):
             wire.list_refs(server.url(), ["refs/"], timeout=0.5)

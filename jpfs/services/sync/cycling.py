@@ -67,6 +67,6 @@ def wait_cycle(engine: SyncEngine, seconds: float, wanted: Callable[[], bool] | 
     while (left := deadline - time.monotonic()) > 0:
         if engine.wake.wait(min(left, step)):
             return "woken"
-        if wanted is not None and left > 1.5 * step and wanted() and engine.remote_moved():
+        if wanted is not None and left > 1.5 * step and wanted() and engine.looks.record_moved():
             return "moved"
     return "due"

@@ -105,7 +105,6 @@ class SyncEngine:
             (self.track_record, self.track_leases),
             timeout=min(10.0, max(1.0, self.interval)),
             timings=self.timings,
-            stats=self.stats,
         )
         self.on_lost = on_lost or (lambda conv_id: None)
         self.on_moved = on_moved or (lambda before, after: None)  # a peer's record taken in
@@ -246,7 +245,9 @@ class SyncEngine:
             tracked = None
             if look and self.looks.url is not None:
                 tracked = refs.messages_under(self.repo, self.track_leases)
-                if not self.looks.unchanged(tracked):
+                if self.looks.unchanged(tracked):
+                    self.stats.unreachable_since = 0.0  # it answered
+                else:
                     tracked = None
             if tracked is None:
                 self._fetch_refs()
@@ -288,19 +289,15 @@ class SyncEngine:
                     gitremote.fetch(self.repo, self.remote, specs, negotiate=common, via=self.via)
                 except GitError as exc:
                     if "cannot lock ref" in str(exc) and attempt + 1 < _FETCH_ATTEMPTS:
-                        # A push of the cycle's moved a tracking ref under a fetch made
-                        # off the cycle's thread (a claim's); the next fetch sees both.
+                        # Another writer of the tracking refs (this process's cycle
+                        # push, beside a claim's fetch; another jpfs process's push)
+                        # moved one under this fetch: the next fetch sees both.
                         continue
                     if "couldn't find remote ref" not in str(exc):
                         raise
                     # No record there yet.
                     gitremote.fetch(self.repo, self.remote, specs[1:], via=self.via)
                 return
-
-    def remote_moved(self) -> bool:
-        """Whether the remote's record is no longer the one last fetched (a look,
-        :mod:`jpfs.services.sync.looks`; False where it cannot tell)."""
-        return self.looks.record_moved()
 
     def common_ground(self) -> list[str]:
         """What the remote surely has, for a fetch to negotiate from: the record as it

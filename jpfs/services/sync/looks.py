@@ -19,7 +19,7 @@ from pathlib import Path
 from jpfs.errors import GitError
 from jpfs.infra.git import refs, wire
 from jpfs.services.sync.leases import LEASE_NS
-from jpfs.services.sync.stats import SyncStats, Timings
+from jpfs.services.sync.stats import Timings
 
 log = logging.getLogger("jpfs.services.sync")
 
@@ -34,14 +34,13 @@ class Looks:
         *,
         timeout: float,
         timings: Timings,
-        stats: SyncStats,
     ) -> None:
         """``url``: the remote's ``git://`` URL (None: never look); ``tracking``: the
         ref a fetch writes the record to, and the prefix of those it writes leases to."""
         self.url, self.repo, self.timeout = url, repo, timeout
         self.record = f"refs/heads/{branch}"
         self.track_record, self.track_leases = tracking
-        self.timings, self.stats = timings, stats
+        self.timings = timings
 
     def record_moved(self) -> bool:
         """Whether the remote's record is not the one last fetched. False where it
@@ -62,10 +61,7 @@ class Looks:
         here = {
             LEASE_NS + ref.removeprefix(self.track_leases): oid for ref, (oid, _) in tracked.items()
         }
-        if listed != here:
-            return False
-        self.stats.unreachable_since = 0.0  # it answered
-        return True
+        return listed == here
 
     def _listed(self, prefixes: list[str]) -> dict[str, str] | None:
         if self.url is None:
