@@ -194,3 +194,38 @@ def test_what_a_sync_wrote_is_looked_at_without_waiting_for_file_events(ws: Path
     finally:
         pool.stop()
         assert pool.join(5.0)
+
+
+def test_a_run_is_about_to_start_from_its_pop_until_it_runs_and_after_one_ends() -> None:
+    """Pool.starting: what a sync cycle woken by a run's end waits for (its claims)."""
+    claimed, run_on, phases = threading.Event(), threading.Event(), threading.Event()
+
+    def run(job: Job) -> None:
+        claimed.wait(30)  # the claim of a run in flight
+        job.phase = "running"
+        run_on.wait(30)
+        job.phase = "ended"
+        phases.wait(30)  # the release of its lease, which wakes the cycle
+
+    with no_thread_leak():
+        pool = Pool(1, run, lambda conv_id: None)
+        try:
+            assert not pool.starting()  # nothing queued
+            pool.submit("a")
+            wait_until(lambda: pool.snapshot()[0], message="a taken from the queue")
+            assert pool.starting()  # claimed, not running yet
+            claimed.set()
+            wait_until(lambda: not pool.starting(), message="a running")
+            pool.submit("b")
+            assert not pool.starting()  # queued, but the one worker is busy
+            run_on.set()
+            wait_until(pool.starting, message="a ended, b next")
+            phases.set()
+            wait_until(lambda: not pool.snapshot()[1], message="b taken")
+            wait_until(lambda: not pool.snapshot()[0], message="b ended")
+            assert not pool.starting()
+        finally:
+            for event in (claimed, run_on, phases):
+                event.set()
+            pool.stop()
+            assert pool.join(5)

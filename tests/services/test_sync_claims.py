@@ -18,6 +18,7 @@ from jpfs.errors import GitError
 from jpfs.infra.git import refs
 from jpfs.infra.git import remote as gitremote
 from jpfs.infra.git.remote import PushResult, Update
+from jpfs.services.sync import cycling
 from jpfs.services.sync.batch import ClaimBatch
 from jpfs.services.sync.engine import SyncEngine
 from jpfs.services.sync.probe import Probes
@@ -338,6 +339,55 @@ def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
             message="the merged task's turn, long before daemon.settle",
         )
     assert next(last_user_text(r.json or {}) for r in api_env.requests).startswith("# Task 0")
+
+
+def test_a_cycle_woken_by_a_runs_end_pushes_after_the_runs_starting_next(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """The result's push waits while the daemon starts its next runs (their claims are
+    on the path of the next turns); then it goes, with the release of the lease."""
+    remote, _, ours, _ = two_clones(ws, tmp_path, cli, interval="10")
+    record = "refs/heads/jpfs-record"
+    before = refs.resolve(remote, record)
+    waiting, claiming, stop = threading.Event(), threading.Event(), threading.Event()
+    seen: list[str | None] = []
+
+    def starting() -> bool:  # the daemon's Pool.starting, as the cycle asks it
+        seen.append(refs.resolve(remote, record))
+        return claiming.is_set()
+
+    def wanted() -> bool:  # asked once the cycle waits for its next one
+        waiting.set()
+        return False
+
+    cycles = threading.Thread(target=cycling.run, args=(ours, stop, wanted, starting))
+    cycles.start()
+    try:
+        wait_until(waiting.is_set, message="the first cycle done")
+        claiming.set()
+        assert ours.claim("done")
+        commit_in_record(ws, "done", "result.md", "done\n")
+        ours.release("done")  # a run's end: wakes the cycle
+        wait_until(lambda: len(seen) >= 3, message="the woken cycle asking")
+        claiming.clear()  # the next runs are under way
+        wait_until(lambda: refs.resolve(remote, record) != before, message="the result pushed")
+    finally:
+        claiming.clear()
+        stop.set()
+        ours.wake.set()
+        cycles.join(60)
+    assert not cycles.is_alive()
+    assert set(seen[:3]) == {before}  # nothing pushed while the claims went
+    assert held_leases(remote) == []  # released with the result
+
+
+def test_the_wait_for_runs_starting_is_bounded_and_ends_on_stop() -> None:
+    stop = threading.Event()
+    began = time.monotonic()
+    cycling.wait_started(lambda: True, stop, 0.05)
+    assert time.monotonic() - began >= 0.05
+    stop.set()
+    cycling.wait_started(lambda: True, stop, 3600.0)  # returns at once
 
 
 def test_released_leases_are_swept_once_old(

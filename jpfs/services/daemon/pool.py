@@ -88,6 +88,9 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     # Filled by the run function for the status view.
     info: dict[str, object] = field(default_factory=dict)
+    # "starting" (taken from the queue: claimed, adopted), "running" (a run under way),
+    # "ended" (its worker about to take the next); set by the run function.
+    phase: str = "starting"
 
 
 RunFn = Callable[[Job], None]
@@ -155,6 +158,16 @@ class Pool:
     def snapshot(self) -> tuple[list[Job], int]:
         with self._cv:
             return list(self._running.values()), len(self._queue)
+
+    def starting(self) -> bool:
+        """Whether a run is about to start here: a job taken from the queue and not
+        running yet, or work queued with a worker free (or whose run just ended)."""
+        with self._cv:
+            jobs = self._running.values()
+            if any(job.phase == "starting" for job in jobs):
+                return True
+            busy = sum(1 for job in jobs if job.phase == "running")
+            return bool(len(self._queue)) and busy < self.size
 
     # -- shutting down -----------------------------------------------------------------
     def stop(self) -> None:

@@ -257,6 +257,7 @@ class Daemon:
                 job.info["model"] = conv.config.get("model", "")
                 self.stats.runs += 1
                 log.info("%s: run starts (%s)", conv.id, verdict.state)
+                job.phase = "running"
                 try:
                     state = runner.run_locked(conv)
                 except Cancelled:
@@ -277,6 +278,10 @@ class Daemon:
                     name = type(exc).__name__
                     self.fail(conv, f"internal error in jpfs ({name}); see {self.files.log}")
                     return
+                finally:
+                    # Before the lease's release (leaving ``held``) wakes the sync cycle,
+                    # which waits for the runs starting next (Pool.starting).
+                    job.phase = "ended"
                 self.fault_backoff.pop(conv.id, None)
                 log.info("%s: run ends: %s", conv.id, state)
                 if state is State.FAILED:

@@ -66,7 +66,7 @@ class SharedRecord:
         )
         self._thread = threading.Thread(
             target=cycling.run,
-            args=(self.engine, self._stop, self._wants_work),
+            args=(self.engine, self._stop, self._wants_work, self.pool.starting),
             name="jpfs-sync",
             daemon=True,
         )

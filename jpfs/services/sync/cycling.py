@@ -16,17 +16,27 @@ from jpfs.services.sync.engine import SyncEngine
 
 log = logging.getLogger("jpfs.services.sync")
 
+# How often wait_started asks (a claim takes 15-150 ms).
+_STARTING_POLL = 0.005
+
 
 def run(
-    engine: SyncEngine, stop: threading.Event, wanted: Callable[[], bool] | None = None
+    engine: SyncEngine,
+    stop: threading.Event,
+    wanted: Callable[[], bool] | None = None,
+    starting: Callable[[], bool] | None = None,
 ) -> None:
     """Cycle until ``stop``: every ``interval``, or at once when woken. ``wanted()``:
     whether the daemon is idle (new work would start at once); while it is, the remote
     is looked at every quarter ``interval`` between cycles, and a cycle starts when its
-    record moved (:mod:`jpfs.services.sync.looks`)."""
+    record moved (:mod:`jpfs.services.sync.looks`). ``starting()``: whether a run is
+    about to start here; a cycle woken by a run's end waits for those first
+    (:func:`wait_started`)."""
     after = "due"
     while not stop.is_set():
         engine.wake.clear()
+        if after == "woken" and starting is not None:
+            wait_started(starting, stop, engine.interval / 2)
         began, failed = time.monotonic(), True
         try:
             # Woken: a run ended, its work to push; moved: a look found news to fetch.
@@ -70,3 +80,15 @@ def wait_cycle(engine: SyncEngine, seconds: float, wanted: Callable[[], bool] | 
         if wanted is not None and left > 1.5 * step and wanted() and engine.looks.record_moved():
             return "moved"
     return "due"
+
+
+def wait_started(starting: Callable[[], bool], stop: threading.Event, seconds: float) -> None:
+    """Until no run is about to start here (``starting()`` false), ``stop``, or
+    ``seconds``. A wave of runs ending frees workers that claim their next
+    conversations at once: those claims are on the path of the next turns and the
+    push of the results is not, which then carries every result of the wave in one
+    push instead of racing the claims for the remote and the processor."""
+    deadline = time.monotonic() + seconds
+    while starting() and (left := deadline - time.monotonic()) > 0:
+        if stop.wait(min(left, _STARTING_POLL)):
+            return
