@@ -74,6 +74,7 @@ def test_a_release_naming_a_commit_nobody_has_makes_the_claim_ask_the_remote(
     """A tombstone whose ``Jpfs-Released:`` names no commit here (forged, or its record
     never fetched): the claim wins all the same, and fetches the record to be sure."""
     from jpfs.core.workspace import open_workspace
+    from jpfs.services.sync import report
     from jpfs.services.sync.engine import SyncEngine
     from jpfs.services.sync.leases import lease_ref
 
@@ -89,4 +90,4 @@ def test_a_release_naming_a_commit_nobody_has_makes_the_claim_ask_the_remote(
     assert engine.claim("job")
     timings = engine.timings.snapshot()
     assert timings["claim-fetch"]["count"] == 1 and "claim-known" not in timings
-    assert engine.status()["leases_held"] == ["job"]
+    assert report.status(engine)["leases_held"] == ["job"]

@@ -21,6 +21,7 @@ from jpfs.infra.git.remote import PushResult, Update
 from jpfs.services.sync import cycling
 from jpfs.services.sync.batch import ClaimBatch
 from jpfs.services.sync.engine import SyncEngine
+from jpfs.services.sync.leases import lease_ref
 from jpfs.services.sync.probe import Probes
 from tests.conftest import (
     Result,
@@ -341,6 +342,22 @@ def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
     assert next(last_user_text(r.json or {}) for r in api_env.requests).startswith("# Task 0")
 
 
+def cycles_asking(
+    engine: SyncEngine, starting: Callable[[], bool], stop: threading.Event
+) -> tuple[threading.Thread, threading.Event]:
+    """The engine's sync thread as a daemon runs it, with ``starting`` for its Pool's;
+    and an event set once its first cycle is done (it waits for the next)."""
+    waiting = threading.Event()
+
+    def wanted() -> bool:
+        waiting.set()
+        return False
+
+    thread = threading.Thread(target=cycling.run, args=(engine, stop, wanted, starting))
+    thread.start()
+    return thread, waiting
+
+
 def test_a_cycle_woken_by_a_runs_end_pushes_after_the_runs_starting_next(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
@@ -349,26 +366,21 @@ def test_a_cycle_woken_by_a_runs_end_pushes_after_the_runs_starting_next(
     remote, _, ours, _ = two_clones(ws, tmp_path, cli, interval="10")
     record = "refs/heads/jpfs-record"
     before = refs.resolve(remote, record)
-    waiting, claiming, stop = threading.Event(), threading.Event(), threading.Event()
+    claiming, stop = threading.Event(), threading.Event()
     seen: list[str | None] = []
 
-    def starting() -> bool:  # the daemon's Pool.starting, as the cycle asks it
+    def starting() -> bool:
         seen.append(refs.resolve(remote, record))
         return claiming.is_set()
 
-    def wanted() -> bool:  # asked once the cycle waits for its next one
-        waiting.set()
-        return False
-
-    cycles = threading.Thread(target=cycling.run, args=(ours, stop, wanted, starting))
-    cycles.start()
+    cycles, waiting = cycles_asking(ours, starting, stop)
     try:
         wait_until(waiting.is_set, message="the first cycle done")
         claiming.set()
         assert ours.claim("done")
         commit_in_record(ws, "done", "result.md", "done\n")
         ours.release("done")  # a run's end: wakes the cycle
-        wait_until(lambda: len(seen) >= 3, message="the woken cycle asking")
+        wait_until(lambda: seen.count(before) >= 4, message="the woken cycle asking")
         claiming.clear()  # the next runs are under way
         wait_until(lambda: refs.resolve(remote, record) != before, message="the result pushed")
     finally:
@@ -377,8 +389,64 @@ def test_a_cycle_woken_by_a_runs_end_pushes_after_the_runs_starting_next(
         ours.wake.set()
         cycles.join(60)
     assert not cycles.is_alive()
-    assert set(seen[:3]) == {before}  # nothing pushed while the claims went
     assert held_leases(remote) == []  # released with the result
+
+
+def test_a_cycle_whose_time_came_waits_for_the_runs_starting_too(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """Not only a run's end: no fetch of the peers' news beside this daemon's claims."""
+    _, _, ours, _ = two_clones(ws, tmp_path, cli, interval="1")
+    claiming, stop = threading.Event(), threading.Event()
+    fetched: list[int] = []
+
+    def starting() -> bool:
+        if claiming.is_set():
+            fetched.append(ours.stats.fetches)
+        return claiming.is_set()
+
+    claiming.set()
+    cycles, _ = cycles_asking(ours, starting, stop)
+    try:
+        wait_until(lambda: len(fetched) >= 4, message="the first cycle asking")
+        claiming.clear()
+        wait_until(lambda: ours.stats.fetches > fetched[0], message="the cycle's fetch")
+    finally:
+        claiming.clear()
+        stop.set()
+        ours.wake.set()
+        cycles.join(60)
+    assert not cycles.is_alive()
+    assert set(fetched) == {0}  # asked before its fetch, none made while runs started
+
+
+def test_a_lease_due_for_renewal_does_not_wait_for_runs_starting(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote, _, ours, _ = two_clones(ws, tmp_path, cli, interval="1", lease="3")
+    assert ours.claim("job")
+    ref = lease_ref("job")
+    claimed = refs.resolve(remote, ref)
+    wait_until(
+        lambda: ours.book.urgent(time.monotonic() + ours.interval),
+        message="the lease half its duration old within an interval",
+    )
+    stop = threading.Event()
+    asked: list[str | None] = []
+
+    def starting() -> bool:  # runs starting for ever
+        asked.append(refs.resolve(remote, ref))
+        return True
+
+    cycles, _ = cycles_asking(ours, starting, stop)
+    try:
+        wait_until(lambda: refs.resolve(remote, ref) != claimed, message="the renewal")
+    finally:
+        stop.set()
+        ours.wake.set()
+        cycles.join(60)
+    assert not cycles.is_alive()
+    assert claimed not in asked  # renewed without waiting
 
 
 def test_the_wait_for_runs_starting_is_bounded_and_ends_on_stop() -> None:

@@ -22,6 +22,10 @@ from jpfs.infra.git import runner
 ZERO = "0" * 40
 # Never prompt for credentials or host keys: a daemon has no terminal to ask on.
 _QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
+# A fetch fails when another writer moves a ref it writes while it runs (`cannot lock
+# ref ...: is at X but expected Y`: a push of ours updating the same tracking ref, or
+# another jpfs process's fetch); the next fetch sees both. Made again up to this often.
+_MOVED_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,13 @@ def fetch(
     if prune:
         args.append("--prune")
     args += [f"--negotiation-tip={ref}" for ref in negotiate]
-    runner.run(repo, [*_settings(via), *args, remote, *refspecs], env=_env())
+    for attempt in range(_MOVED_ATTEMPTS):
+        try:
+            runner.run(repo, [*_settings(via), *args, remote, *refspecs], env=_env())
+            return
+        except GitError as exc:
+            if "cannot lock ref" not in str(exc) or attempt + 1 == _MOVED_ATTEMPTS:
+                raise
 
 
 def push(

@@ -20,6 +20,7 @@ from jpfs.services.daemon.lasterror import LastError
 from jpfs.services.daemon.pool import Pool
 from jpfs.services.daemon.reconciler import Reconciler
 from jpfs.services.daemon.shared import SharedRecord
+from jpfs.services.sync import report
 
 
 class Shown(Protocol):
@@ -87,7 +88,7 @@ class StatusWriter:
             "policy": dict(sorted(daemon.ws.notes.items())),
         }
         if daemon.shared is not None:
-            data["sync"] = daemon.shared.engine.status()
+            data["sync"] = report.status(daemon.shared.engine)
         key = repr({**data, "agents": [{**a, "elapsed": 0} for a in agents]})
         if not force and key == self._last_key and now - self._last_status < 2.0:
             return

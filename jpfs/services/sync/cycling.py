@@ -30,13 +30,14 @@ def run(
     whether the daemon is idle (new work would start at once); while it is, the remote
     is looked at every quarter ``interval`` between cycles, and a cycle starts when its
     record moved (:mod:`jpfs.services.sync.looks`). ``starting()``: whether a run is
-    about to start here; a cycle woken by a run's end waits for those first
-    (:func:`wait_started`)."""
+    about to start here; a cycle waits for those first (:func:`wait_started`), at most
+    an ``interval``, and not while a lease held would meanwhile go half its duration
+    without a renewal."""
     after = "due"
     while not stop.is_set():
         engine.wake.clear()
-        if after == "woken" and starting is not None:
-            wait_started(starting, stop, engine.interval / 2)
+        if starting is not None and not engine.book.urgent(time.monotonic() + engine.interval):
+            wait_started(starting, stop, engine.interval)
         began, failed = time.monotonic(), True
         try:
             # Woken: a run ended, its work to push; moved: a look found news to fetch.
@@ -85,9 +86,10 @@ def wait_cycle(engine: SyncEngine, seconds: float, wanted: Callable[[], bool] | 
 def wait_started(starting: Callable[[], bool], stop: threading.Event, seconds: float) -> None:
     """Until no run is about to start here (``starting()`` false), ``stop``, or
     ``seconds``. A wave of runs ending frees workers that claim their next
-    conversations at once: those claims are on the path of the next turns and the
-    push of the results is not, which then carries every result of the wave in one
-    push instead of racing the claims for the remote and the processor."""
+    conversations at once: those claims are on the path of the next turns, and the
+    cycle's fetch, merge and push are not (except the last results'); run beside them,
+    they race the claims for the remote and the processor. After them, one push
+    carries every result of the wave."""
     deadline = time.monotonic() + seconds
     while starting() and (left := deadline - time.monotonic()) > 0:
         if stop.wait(min(left, _STARTING_POLL)):

@@ -19,11 +19,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
-from jpfs.errors import ConfigError, GitError, JpfsError
+from jpfs.errors import GitError
 from jpfs.infra import git
 from jpfs.infra.git import refs, relay, wire
 from jpfs.infra.git import remote as gitremote
@@ -36,6 +35,7 @@ from jpfs.services.sync.leases import (
     LeaseBook,
     new_incarnation,
     read_value,
+    timing,
 )
 from jpfs.services.sync.looks import Looks
 from jpfs.services.sync.record import Integration, integrate
@@ -44,7 +44,6 @@ from jpfs.services.sync.stats import SyncStats, Timings
 log = logging.getLogger("jpfs.services.sync")
 
 _PUSH_ATTEMPTS = 4
-_FETCH_ATTEMPTS = 5
 
 
 class SyncEngine:
@@ -58,18 +57,9 @@ class SyncEngine:
     ) -> None:
         self.ws = ws
         self.remote = str(ws.config["sync.remote"])
-        self.interval = float(ws.config["sync.interval"])
-        lease = float(ws.config["sync.lease"])
-        if not 0 < self.interval <= 3600 or not 0 < lease <= 86400:
-            raise ConfigError(
-                f"sync.interval ({self.interval:g}) and sync.lease ({lease:g}) must be positive"
-                " numbers of seconds (at most an hour and a day): `jpfs config set sync.lease 30`"
-            )
-        if lease < 3 * self.interval - 1e-9:  # 0.6 is three times 0.2
-            raise ConfigError(
-                f"sync.lease ({lease:g} s) must be at least 3 x sync.interval"
-                f" ({self.interval:g} s): a lease is renewed every third of it"
-            )
+        self.interval, lease = timing(
+            float(ws.config["sync.interval"]), float(ws.config["sync.lease"])
+        )
         self.machine = machine_name(ws)
         self.incarnation = incarnation or new_incarnation()
         self.branch = ws.record_branch
@@ -284,20 +274,12 @@ class SyncEngine:
         ]
         common = self.common_ground()
         with self.timings.step("fetch"), self._reaching():
-            for attempt in range(_FETCH_ATTEMPTS):
-                try:
-                    gitremote.fetch(self.repo, self.remote, specs, negotiate=common, via=self.via)
-                except GitError as exc:
-                    if "cannot lock ref" in str(exc) and attempt + 1 < _FETCH_ATTEMPTS:
-                        # Another writer of the tracking refs (this process's cycle
-                        # push, beside a claim's fetch; another jpfs process's push)
-                        # moved one under this fetch: the next fetch sees both.
-                        continue
-                    if "couldn't find remote ref" not in str(exc):
-                        raise
-                    # No record there yet.
-                    gitremote.fetch(self.repo, self.remote, specs[1:], via=self.via)
-                return
+            try:
+                gitremote.fetch(self.repo, self.remote, specs, negotiate=common, via=self.via)
+            except GitError as exc:
+                if "couldn't find remote ref" not in str(exc):
+                    raise
+                gitremote.fetch(self.repo, self.remote, specs[1:], via=self.via)  # no record yet
 
     def common_ground(self) -> list[str]:
         """What the remote surely has, for a fetch to negotiate from: the record as it
@@ -422,26 +404,3 @@ class SyncEngine:
     def close(self) -> None:
         """Stop the relays (the engine's git commands are done)."""
         self.relays.close()
-
-    def status(self) -> dict[str, Any]:
-        """``daemon status``'s ``sync`` object (protocol/sync.md, "A tour")."""
-        now = time.time()
-        held = self.book.held()
-        try:
-            ahead, behind = refs.ahead_behind(
-                self.repo, f"refs/heads/{self.branch}", self.track_record
-            )
-        except JpfsError:
-            ahead = behind = -1  # the repository cannot say now; the cycle reports why
-        return {
-            "remote": self.remote,
-            "relayed": self.relays.upstreams,
-            "machine": self.machine,
-            "incarnation": self.incarnation,
-            "ahead": ahead,
-            "behind": behind,
-            "leases_held": sorted(lease.conv_id for lease in held),
-            "leases_on_remote": self.book.remote_count(),
-            **self.stats.report(now),
-            "timings": self.timings.snapshot(),
-        }

@@ -27,9 +27,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jpfs.core import ids
+from jpfs.errors import ConfigError
 from jpfs.infra.git import objects
 
 LEASE_NS = "refs/jpfs/leases/"
+
+
+def timing(every: float, duration: float) -> tuple[float, float]:
+    """``sync.interval`` and ``sync.lease`` (seconds) as given, or why they cannot work:
+    a lease is renewed every third of it, at a cycle."""
+    if not 0 < every <= 3600 or not 0 < duration <= 86400:
+        raise ConfigError(
+            f"sync.interval ({every:g}) and sync.lease ({duration:g}) must be positive"
+            " numbers of seconds (at most an hour and a day): `jpfs config set sync.lease 30`"
+        )
+    if duration < 3 * every - 1e-9:  # 0.6 is three times 0.2
+        raise ConfigError(
+            f"sync.lease ({duration:g} s) must be at least 3 x sync.interval"
+            f" ({every:g} s): a lease is renewed every third of it"
+        )
+    return every, duration
 
 
 def lease_ref(conv_id: str) -> str:
