@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 log = logging.getLogger("jpfs.services.daemon.pool")
 
@@ -88,9 +89,9 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     # Filled by the run function for the status view.
     info: dict[str, object] = field(default_factory=dict)
-    # "starting" (taken from the queue: claimed, adopted), "running" (a run under way),
-    # "ended" (its worker about to take the next); set by the run function.
-    phase: str = "starting"
+    # Set by the run function: "starting" (taken from the queue: claimed, adopted),
+    # "running" (a run under way), "ended" (its worker about to take the next).
+    phase: Literal["starting", "running", "ended"] = "starting"
 
 
 RunFn = Callable[[Job], None]
