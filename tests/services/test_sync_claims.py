@@ -342,12 +342,12 @@ def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
     assert next(last_user_text(r.json or {}) for r in api_env.requests).startswith("# Task 0")
 
 
-def cycles_asking(
-    engine: SyncEngine, starting: Callable[[], bool], stop: threading.Event
-) -> tuple[threading.Thread, threading.Event]:
+@contextlib.contextmanager
+def cycling_asking(engine: SyncEngine, starting: Callable[[], bool]) -> Iterator[threading.Event]:
     """The engine's sync thread as a daemon runs it, with ``starting`` for its Pool's;
-    and an event set once its first cycle is done (it waits for the next)."""
-    waiting = threading.Event()
+    yields an event set once its first cycle is done (it waits for the next). Stopped,
+    and checked stopped, on leaving."""
+    waiting, stop = threading.Event(), threading.Event()
 
     def wanted() -> bool:
         waiting.set()
@@ -355,7 +355,13 @@ def cycles_asking(
 
     thread = threading.Thread(target=cycling.run, args=(engine, stop, wanted, starting))
     thread.start()
-    return thread, waiting
+    try:
+        yield waiting
+    finally:
+        stop.set()  # a wait for runs starting ends on it too
+        engine.wake.set()
+        thread.join(60)
+    assert not thread.is_alive()
 
 
 def test_a_cycle_woken_by_a_runs_end_pushes_after_the_runs_starting_next(
@@ -366,15 +372,14 @@ def test_a_cycle_woken_by_a_runs_end_pushes_after_the_runs_starting_next(
     remote, _, ours, _ = two_clones(ws, tmp_path, cli, interval="10")
     record = "refs/heads/jpfs-record"
     before = refs.resolve(remote, record)
-    claiming, stop = threading.Event(), threading.Event()
+    claiming = threading.Event()
     seen: list[str | None] = []
 
     def starting() -> bool:
         seen.append(refs.resolve(remote, record))
         return claiming.is_set()
 
-    cycles, waiting = cycles_asking(ours, starting, stop)
-    try:
+    with cycling_asking(ours, starting) as waiting:
         wait_until(waiting.is_set, message="the first cycle done")
         claiming.set()
         assert ours.claim("done")
@@ -383,12 +388,6 @@ def test_a_cycle_woken_by_a_runs_end_pushes_after_the_runs_starting_next(
         wait_until(lambda: seen.count(before) >= 4, message="the woken cycle asking")
         claiming.clear()  # the next runs are under way
         wait_until(lambda: refs.resolve(remote, record) != before, message="the result pushed")
-    finally:
-        claiming.clear()
-        stop.set()
-        ours.wake.set()
-        cycles.join(60)
-    assert not cycles.is_alive()
     assert held_leases(remote) == []  # released with the result
 
 
@@ -397,7 +396,7 @@ def test_a_cycle_whose_time_came_waits_for_the_runs_starting_too(
 ) -> None:
     """Not only a run's end: no fetch of the peers' news beside this daemon's claims."""
     _, _, ours, _ = two_clones(ws, tmp_path, cli, interval="1")
-    claiming, stop = threading.Event(), threading.Event()
+    claiming = threading.Event()
     fetched: list[int] = []
 
     def starting() -> bool:
@@ -406,17 +405,10 @@ def test_a_cycle_whose_time_came_waits_for_the_runs_starting_too(
         return claiming.is_set()
 
     claiming.set()
-    cycles, _ = cycles_asking(ours, starting, stop)
-    try:
+    with cycling_asking(ours, starting):
         wait_until(lambda: len(fetched) >= 4, message="the first cycle asking")
         claiming.clear()
         wait_until(lambda: ours.stats.fetches > fetched[0], message="the cycle's fetch")
-    finally:
-        claiming.clear()
-        stop.set()
-        ours.wake.set()
-        cycles.join(60)
-    assert not cycles.is_alive()
     assert set(fetched) == {0}  # asked before its fetch, none made while runs started
 
 
@@ -431,21 +423,14 @@ def test_a_lease_due_for_renewal_does_not_wait_for_runs_starting(
         lambda: ours.book.urgent(time.monotonic() + ours.interval),
         message="the lease half its duration old within an interval",
     )
-    stop = threading.Event()
     asked: list[str | None] = []
 
     def starting() -> bool:  # runs starting for ever
         asked.append(refs.resolve(remote, ref))
         return True
 
-    cycles, _ = cycles_asking(ours, starting, stop)
-    try:
+    with cycling_asking(ours, starting):
         wait_until(lambda: refs.resolve(remote, ref) != claimed, message="the renewal")
-    finally:
-        stop.set()
-        ours.wake.set()
-        cycles.join(60)
-    assert not cycles.is_alive()
     assert claimed not in asked  # renewed without waiting
 
 
