@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from jpfs.errors import GitError
-from jpfs.infra.git import wire
+from jpfs.infra.git import relay, wire
 from tests.conftest import git
 from tests.gitservers import GitDaemon, Peer, free_port
 
@@ -136,14 +136,17 @@ def test_a_version_0_advertisement_is_read_and_filtered(
     ("answer", "says"),
     [
         (
-            wire.pkt(b"ERR no such place\n"),
+            relay.pkt_line(b"ERR no such place\n"),
             "remote error from git://127.0.0.1:PORT/remote.git: no such",
         ),
         (b"HTTP/1.1 400 Bad Request\r\n\r\n", "answered outside git's protocol"),
-        (wire.pkt(b"version 2\n") + b"0000", "does not list refs"),
-        (wire.pkt(b"version 2\n"), "hung up in the middle of its answer"),
-        (wire.pkt(b"not an oid at all\n") + b"0000", "listed a ref outside git's protocol"),
-        (wire.pkt(b"version 1\n") + wire.pkt(b"%s refs/heads/x\n" % (b"g" * 40)), "outside"),
+        (relay.pkt_line(b"version 2\n") + b"0000", "does not list refs"),
+        (relay.pkt_line(b"version 2\n"), "hung up in the middle of its answer"),
+        (relay.pkt_line(b"not an oid at all\n") + b"0000", "listed a ref outside git's protocol"),
+        (
+            relay.pkt_line(b"version 1\n") + relay.pkt_line(b"%s refs/heads/x\n" % (b"g" * 40)),
+            "outside",
+        ),
         (b"", "hung up in the middle of its answer"),
     ],
 )

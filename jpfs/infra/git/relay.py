@@ -171,7 +171,7 @@ class Relay:
             client.settimeout(1.0)
             with contextlib.suppress(OSError):
                 client.recv(_CHUNK)  # its request: unread data would reset the connection
-            client.sendall(pkt_line(f"ERR {why}\n"))
+            client.sendall(pkt_line(f"ERR {why}\n".encode()))
             client.shutdown(socket.SHUT_WR)
         except OSError:
             pass
@@ -183,9 +183,7 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
     """Copy ``src`` to ``dst`` until ``src`` ends, acknowledging every segment at once."""
     try:
         while True:
-            if _QUICKACK is not None:
-                src.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-            data = src.recv(_CHUNK)
+            data = receive(src, _CHUNK)
             if not data:
                 break
             dst.sendall(data)
@@ -197,9 +195,16 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
         dst.shutdown(socket.SHUT_WR)
 
 
-def pkt_line(text: str) -> bytes:
-    data = text.encode()
-    return f"{len(data) + 4:04x}".encode() + data
+def receive(sock: socket.socket, size: int) -> bytes:
+    """One ``recv``, its segments acknowledged at once (where the system can)."""
+    if _QUICKACK is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)  # cleared after use: set each time
+    return sock.recv(size)
+
+
+def pkt_line(payload: bytes) -> bytes:
+    """``payload`` as one of git's pkt-lines (four hex digits of length, then it)."""
+    return b"%04x" % (len(payload) + 4) + payload
 
 
 class Relays:
@@ -257,13 +262,14 @@ def git_base(url: str) -> str | None:
     return f"git://{parts.netloc}/"
 
 
-def for_remote(repo: Path, remote: str) -> Relays:
+def for_remote(repo: Path, remote: str, direct: list[tuple[str, str]] | None = None) -> Relays:
     """Relays for ``remote``'s ``git://`` fetch and push URLs; none where the TCP path is
-    the user's to choose (see :func:`direct_urls`) or where acknowledging at once is not
-    possible (see the module's docstring)."""
+    the user's to choose (see :func:`direct_urls`; ``direct``: its answer, when the
+    caller has it) or where acknowledging at once is not possible (see the module's
+    docstring)."""
     if _QUICKACK is None:
         return Relays(())
-    return Relays(url for _, url in direct_urls(repo, remote))
+    return Relays(url for _, url in (direct_urls(repo, remote) if direct is None else direct))
 
 
 def direct_urls(repo: Path, remote: str) -> list[tuple[str, str]]:

@@ -18,13 +18,11 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from jpfs.errors import GitError
 from jpfs.infra.git import relay
 
-_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 _OID = re.compile(rb"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 _MAX_PKT = 65520  # git's LARGE_PACKET_MAX
 
@@ -46,22 +44,18 @@ class Target:
         return f"git://{self.netloc}{self.path}"
 
 
-def url_for(repo: Path, remote: str, fetched_from: str) -> str | None:
-    """``fetched_from`` (the URL git fetches ``remote`` from: ``git remote get-url``,
+def url_for(direct: list[tuple[str, str]], fetched_from: str) -> str | None:
+    """``fetched_from`` (the URL git fetches the remote from: ``git remote get-url``,
     rewrites applied) when it is a ``git://`` URL git connects to as written
-    (:func:`jpfs.infra.git.relay.direct_urls`: no proxy, no rewrite of the user's);
-    None otherwise."""
-    if fetched_from not in [url for kind, url in relay.direct_urls(repo, remote) if kind == "url"]:
+    (``direct``: :func:`jpfs.infra.git.relay.direct_urls`' answer, no proxy, no rewrite
+    of the user's); None otherwise."""
+    if fetched_from not in [url for kind, url in direct if kind == "url"]:
         return None
     try:
         Target(fetched_from)
     except ValueError:
         return None
     return fetched_from
-
-
-def pkt(payload: bytes) -> bytes:
-    return b"%04x" % (len(payload) + 4) + payload
 
 
 class _Reader:
@@ -72,11 +66,9 @@ class _Reader:
 
     def _take(self, size: int) -> bytes:
         while len(self.buffer) < size:
-            if _QUICKACK is not None:
-                # Acknowledge at once: git daemon writes an answer in pieces, and TCP
-                # holds each after the first until the first is acknowledged.
-                self.sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-            data = self.sock.recv(_MAX_PKT)
+            # Acknowledged at once: git daemon writes an answer in pieces, and TCP holds
+            # each after the first until the first is acknowledged.
+            data = relay.receive(self.sock, _MAX_PKT)
             if not data:
                 raise GitError(f"{self.where} hung up in the middle of its answer")
             self.buffer += data
@@ -115,7 +107,7 @@ def list_refs(url: str, prefixes: list[str], *, timeout: float = 10.0) -> dict[s
 
 def _converse(sock: socket.socket, where: Target, prefixes: list[bytes]) -> dict[str, str]:
     request = f"git-upload-pack {where.path}\0host={where.netloc}\0\0version=2\0"
-    sock.sendall(pkt(request.encode()))
+    sock.sendall(relay.pkt_line(request.encode()))
     reader = _Reader(sock, where)
     first = reader.read()
     if first is None:
@@ -134,9 +126,9 @@ def _converse(sock: socket.socket, where: Target, prefixes: list[bytes]) -> dict
         capabilities.append(line.rstrip(b"\n"))
     if not any(c == b"ls-refs" or c.startswith(b"ls-refs=") for c in capabilities):
         raise GitError(f"{where} does not list refs (no ls-refs)")
-    command = [pkt(b"command=ls-refs\n")]
-    command += [pkt(c + b"\n") for c in capabilities if c.startswith(b"object-format=")]
-    command += [b"0001", *(pkt(b"ref-prefix " + p + b"\n") for p in prefixes), b"0000"]
+    command = [relay.pkt_line(b"command=ls-refs\n")]
+    command += [relay.pkt_line(c + b"\n") for c in capabilities if c.startswith(b"object-format=")]
+    command += [b"0001", *(relay.pkt_line(b"ref-prefix " + p + b"\n") for p in prefixes), b"0000"]
     sock.sendall(b"".join(command))
     refs: dict[str, str] = {}
     while (line := reader.read()) is not None:

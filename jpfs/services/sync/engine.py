@@ -70,11 +70,8 @@ class SyncEngine:
         # A git:// remote is also looked at in the process (jpfs.services.sync.looks):
         # a cycle fetches only when there is something new, and an idle daemon looks
         # between cycles.
-        self.relays = (
-            relay.for_remote(self.repo, self.remote)
-            if ws.config["sync.relay"]
-            else relay.Relays(())
-        )
+        direct = relay.direct_urls(self.repo, self.remote) if ws.config["sync.relay"] else []
+        self.relays = relay.for_remote(self.repo, self.remote, direct)
         self.via = self.relays.settings
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
@@ -89,7 +86,7 @@ class SyncEngine:
         self.stats = SyncStats()
         self.timings = Timings()
         self.looks = Looks(
-            wire.url_for(self.repo, self.remote, fetched_from) if ws.config["sync.relay"] else None,
+            wire.url_for(direct, fetched_from),
             self.repo,
             self.branch,
             (self.track_record, self.track_leases),
