@@ -29,6 +29,8 @@ in :mod:`jpfs.infra.git.runner`).
     │   └── RepositoryFault   the repository cannot be read or written now (read-only,
     │                         full disk, corrupt object): not the conversation's fault
     ├── ProviderError         the model provider failed after retries
+    │   └── ContextOverflow   the server refused a prompt for its length; carries the
+    │                         sizes it named (the run shrinks its prompt and tries again)
     ├── Cancelled             a run was cancelled (kill, daemon stop, Ctrl-C): not a
     │                         failure of anyone's; exit 130 at the command line
     ├── ToolError             a tool call was refused or failed (returned to the model)
@@ -128,6 +130,16 @@ class RepositoryFault(GitError):
 
 class ProviderError(JpfsError):
     pass
+
+
+class ContextOverflow(ProviderError):
+    """A prompt refused for its length: ``tokens`` (the prompt's size the server counted,
+    None when it did not say) and ``window`` (the model's context window it named)."""
+
+    def __init__(self, message: str, tokens: int | None, window: int) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+        self.window = window
 
 
 class Cancelled(JpfsError):

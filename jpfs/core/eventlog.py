@@ -246,7 +246,7 @@ class EventLog:
         full = {"role": role, "created": now(), **(meta or {})}
         if "tool_calls" in full:
             full["tool_calls"] = [
-                {**c, "input": json.dumps(c["input"], sort_keys=True)} for c in full["tool_calls"]
+                {**c, "input": json.dumps(c["input"])} for c in full["tool_calls"]
             ]
         # Nothing recognised as a secret is recorded (the record is shared): redacted,
         # and counted where anyone reading the event sees it. Imported here: writers

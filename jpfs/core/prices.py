@@ -24,7 +24,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jpfs.errors import ConfigError
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # read only: every command loads the config, which checks [pr
     from jpfs.infra.providers.base import Usage
 
 FIELDS = ("input", "output", "cache_read", "cache_creation")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -145,12 +146,19 @@ def price_of(model: str, prices: Mapping[str, Price]) -> Price | None:
     """``model``'s price: by its name, or a dated snapshot's by its model's name. A
     name jpfs does not know gets none, never a neighbour's (``claude-opus-4-9`` is not
     ``claude-opus-4``)."""
+    return find(model, prices)
+
+
+def find(model: str, table: Mapping[str, T]) -> T | None:
+    """``model``'s entry in ``table`` (prices here, capabilities in
+    :mod:`jpfs.core.models`): by its name, an alias the API takes, or a dated snapshot's
+    model name; None, never a neighbour's, for a name not there."""
     for name in (model, ALIASES.get(model, "")):
-        if name in prices:
-            return prices[name]
+        if name in table:
+            return table[name]
     dated = _DATED.fullmatch(model)
     if dated is not None and dated.group(1) != model:
-        return price_of(dated.group(1), prices)
+        return find(dated.group(1), table)
     return None
 
 

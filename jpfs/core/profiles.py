@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jpfs.core import models
 from jpfs.core.config import parse_toml, parse_value, read_toml
 from jpfs.errors import ProfileError, ScopeError
 
@@ -45,7 +46,14 @@ TOP: dict[str, tuple[type | tuple[type, ...], Any]] = {
     # provider = "openai": where the server is, and which variable holds its key.
     "base_url": (str, None),
     "api_key_env": (str, None),
+    # Thinking and the context window (jpfs.core.models): absent unless given.
+    "thinking": ((str, int), None),
+    "effort": (str, None),
+    "context_window": (int, None),
 }
+# Keys absent from a normalized profile unless given: a snapshot made before they
+# existed, or of a profile that does not set them, stays as it was.
+OPTIONAL_KEYS = (*OPENAI_KEYS, "thinking", "effort", "context_window")
 SUB: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
     "tools": {
         "allow": (list, []),
@@ -79,7 +87,7 @@ def _typename(t: type | tuple[type, ...]) -> str:
 
 
 def _check(where: str, key: str, value: Any, t: type | tuple[type, ...]) -> None:
-    if not isinstance(value, t) or (isinstance(value, bool) and t in (int, (int, float))):
+    if not isinstance(value, t) or (isinstance(value, bool) and t is not bool):
         raise ProfileError(f"{where}: {key!r} must be {_typename(t)}, got {value!r}")
 
 
@@ -91,7 +99,7 @@ def normalize(data: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ProfileError(f"{where}: unknown key {key!r}")
         _check(where, key, value, TOP[key][0])
     for key, (_, default) in TOP.items():
-        if key in OPENAI_KEYS and key not in data:
+        if key in OPTIONAL_KEYS and key not in data:
             continue  # no default: a snapshot of another provider's profile stays as it was
         out[key] = copy.deepcopy(data.get(key, default))
     if not out["model"]:
@@ -118,6 +126,7 @@ def normalize(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     if out["provider"] == "command" and not out["command"]["argv"]:
         raise ProfileError(f'{where}: provider "command" needs command.argv')
     _check_openai(out, where)
+    models.check(out, where)
     return out
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from jpfs.core import frontmatter, tree
 from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, TASK, Conversation, Event
 from jpfs.core.eventlog import check_last
+from jpfs.core.messages import thinking_of
 
 
 def _event_header(ev: Event) -> str:
@@ -35,8 +36,26 @@ def _event_header(ev: Event) -> str:
     return "### " + " · ".join(b for b in bits if b)
 
 
+def _folded_thinking(ev: Event) -> str | None:
+    """One line in place of the event's thinking: folded, and marked as the agent's own
+    (``--format json`` keeps it whole)."""
+    blocks = thinking_of(ev)
+    if not blocks:
+        return None
+    chars = sum(len(str(b.get("thinking") or "")) for b in blocks)
+    redacted = sum(1 for b in blocks if b.get("type") == "redacted_thinking")
+    what = f"{len(blocks)} block{'s' if len(blocks) != 1 else ''}, {chars:,} characters"
+    if redacted:
+        what += f", {redacted} encrypted by the provider"
+    return f"> [thinking folded: {what}; the agent's own, kept in the record]"
+
+
 def render_event(ev: Event) -> str:
-    parts = [_event_header(ev), "", ev.body.rstrip()]
+    parts = [_event_header(ev), ""]
+    folded = _folded_thinking(ev) if ev.role == "assistant" else None
+    if folded is not None:
+        parts += [folded, ""]
+    parts.append(ev.body.rstrip())
     for call in ev.tool_calls:
         parts.append(f"- tool call `{call['name']}` {json.dumps(call['input'], sort_keys=True)}")
     return "\n".join(parts).rstrip() + "\n"
@@ -109,12 +128,21 @@ def copy_for_fork(events: Sequence[Event], dest: Path, last: int | None = None) 
     if not items:
         return 0
     dest.mkdir(parents=True, exist_ok=True)
+    # Renumbered from 1: a recorded view's cut (jpfs.core.view) names events by number.
+    offset = items[0][0].seq - 1
     for seq, (ev, text_only) in enumerate(items, 1):
         target = dest / f"{seq:04d}-{ev.role}.md"
-        if not text_only:
+        context = ev.meta.get("context")
+        moved = offset and isinstance(context, dict) and isinstance(context.get("cut"), int)
+        if not text_only and not moved:
             shutil.copyfile(ev.path, target)
             continue
-        meta = {k: v for k, v in ev.meta.items() if k != "tool_calls"}
-        meta["stop_reason"] = "end_turn"
+        meta = dict(ev.meta)
+        if text_only:
+            meta.pop("tool_calls", None)
+            meta["stop_reason"] = "end_turn"
+        if moved:
+            assert isinstance(context, dict)
+            meta["context"] = {**context, "cut": max(0, int(context["cut"]) - offset)}
         target.write_text(frontmatter.render(meta, ev.body), encoding="utf-8")
     return len(items)

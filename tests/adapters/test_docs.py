@@ -77,6 +77,7 @@ from typing import Any
 
 import pytest
 
+from tests.adapters import docs_thinking as thinking
 from tests.adapters.docblocks import ROOT, Block, blocks
 from tests.conftest import git, wait_until, write_profile
 from tests.messages_server import (
@@ -1787,6 +1788,13 @@ DOCS: list[Entry] = [
     Entry("README.md", "8ca48dd9", "git -C conversations log", readme_record),
     Entry("README.md", "f85d29f7", 'model = "qwen3:8b"', readme_local_model),
     Entry("protocol/agents.md", "272e14c3", 'model = "claude-sonnet-4-6"', agents_profile),
+    Entry("protocol/agents.md", "4dc58b01", 'model = "claude-fable-5-1"', thinking.fable_effort),
+    Entry(
+        "protocol/agents.md", "1a6378a2", 'model = "claude-sonnet-4-6"', thinking.sonnet_adaptive
+    ),
+    Entry("protocol/agents.md", "bd9f6ed4", "### 0002 · assistant", thinking.folded_thinking),
+    Entry("protocol/agents.md", "065f7326", 'model = "qwen3:8b"', thinking.local_window),
+    Entry("protocol/agents.md", "ef1080fa", "[jpfs: this tool result", thinking.trimmed_note),
     Entry("protocol/secrets.md", "bb3f70e8", 'model = "claude-sonnet-4-6"', secrets_expose),
     Entry("protocol/secrets.md", "84193157", "jpfs scan", secrets_scan),
     Entry("protocol/cost.md", "9b03ddb3", '[prices."claude-sonnet-4-5"]', cost_prices),

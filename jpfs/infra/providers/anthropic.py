@@ -129,6 +129,10 @@ def _request_params(request: Request) -> JsonDict:
             {"name": t.name, "description": t.description, "input_schema": t.input_schema}
             for t in request.tools
         ]
+    if request.thinking is not None:
+        params["thinking"] = request.thinking
+    if request.effort is not None:
+        params["output_config"] = {"effort": request.effort}
     if request.cache:
         mark_for_cache(params)
     conversation = request.metadata.get("conversation")
@@ -173,6 +177,8 @@ def mark_for_cache(params: JsonDict) -> None:
         last = content[-1]
         if not isinstance(last, dict) or (last.get("type") == "text" and not last.get("text")):
             continue  # an empty text block cannot carry a breakpoint
+        if last.get("type") in ("thinking", "redacted_thinking"):
+            continue  # nor can thinking (it is cached with the blocks around it)
         marked = [*content[:-1], {**last, "cache_control": _EPHEMERAL}]
         messages = [*messages[:index], {**message, "content": marked}, *messages[index + 1 :]]
         params["messages"] = messages

@@ -53,6 +53,10 @@ def read_stream(status: int, lines: Iterable[str], on_text: Callable[[str], None
             if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
                 block["text"] = str(block.get("text") or "") + delta["text"]
                 on_text(delta["text"])
+            elif delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
+                block["thinking"] = str(block.get("thinking") or "") + delta["thinking"]
+            elif delta.get("type") == "signature_delta" and isinstance(delta.get("signature"), str):
+                block["signature"] = str(block.get("signature") or "") + delta["signature"]
             elif delta.get("type") == "input_json_delta":
                 partial.setdefault(index, []).append(str(delta.get("partial_json") or ""))
         elif kind == "message_delta":
@@ -99,6 +103,7 @@ def reply_from(data: object, status: int) -> Reply:
         raise bad("no 'content' list")
     texts: list[str] = []
     calls: list[ToolCall] = []
+    thinking: list[JsonDict] = []
     for block in content:
         if not isinstance(block, dict):
             raise bad("a content block is not an object")
@@ -113,7 +118,17 @@ def reply_from(data: object, status: int) -> Reply:
             if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(args, dict)):
                 raise bad("a tool_use block lacks id, name or input")
             calls.append(ToolCall(call_id, name, args))
-        # Other blocks (thinking, server tools) carry nothing jpfs acts on.
+        elif kind == "thinking":
+            if not (
+                isinstance(block.get("thinking"), str) and isinstance(block.get("signature"), str)
+            ):
+                raise bad("a thinking block lacks its thinking or signature")
+            thinking.append(block)  # as received: it goes back byte for byte
+        elif kind == "redacted_thinking":
+            if not isinstance(block.get("data"), str):
+                raise bad("a redacted_thinking block lacks its data")
+            thinking.append(block)
+        # Other blocks (server tools) carry nothing jpfs acts on.
     usage = data.get("usage")
     if not isinstance(usage, dict):
         usage = {}
@@ -130,6 +145,7 @@ def reply_from(data: object, status: int) -> Reply:
         ),
         model=str(data.get("model") or ""),
         stop_reason=str(data.get("stop_reason") or "end_turn"),
+        thinking=tuple(thinking),
     )
 
 

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jpfs.errors import Cancelled, ProviderError
+from jpfs.errors import Cancelled, ContextOverflow, ProviderError
+from jpfs.infra.providers import overflow
 from jpfs.infra.providers.base import Reply
 
 if TYPE_CHECKING:
@@ -131,7 +132,11 @@ def retry(
         if cancel.wait(delay):
             raise Cancelled("cancelled")
     suffix = f" (gave up after {number} attempts)" if number > 1 else ""
-    raise ProviderError(f"{label}: {failure.message}{suffix}") from failure.cause
+    message = f"{label}: {failure.message}{suffix}"
+    sizes = None if failure.retryable else overflow.parse(failure.message)
+    if sizes is not None:
+        raise ContextOverflow(message, *sizes) from failure.cause
+    raise ProviderError(message) from failure.cause
 
 
 def in_worker(

@@ -1,7 +1,7 @@
 """What every provider takes and returns.
 
 Messages use the Anthropic Messages content-block shape as jpfs's neutral format
-(``text``, ``tool_use``, ``tool_result`` blocks): it is the richest of the formats we
+(``thinking``, ``text``, ``tool_use``, ``tool_result`` blocks): it is the richest of the formats we
 speak, and the event files map onto it one to one.
 """
 
@@ -82,6 +82,11 @@ class Request:
     # providers ignore it.
     phase: str = "work"
     metadata: JsonDict = field(default_factory=dict)
+    # The Messages API's ``thinking`` object (None: send none) and ``output_config.effort``
+    # (jpfs.core.models); other providers take neither (a profile that sets them is
+    # refused before any call).
+    thinking: JsonDict | None = None
+    effort: str | None = None
     # Told, in one line, when the provider waits before trying again (a 429, a 5xx), so
     # that `daemon status` and the log say why a turn takes long instead of going quiet.
     notify: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
@@ -97,6 +102,10 @@ class Reply:
     usage: Usage = Usage()
     model: str = ""
     stop_reason: str = "end_turn"
+    # The reply's ``thinking`` and ``redacted_thinking`` blocks, in order, exactly as
+    # received (signature and data included): they go back verbatim, first in their
+    # message, while the API needs them (jpfs.core.messages).
+    thinking: tuple[JsonDict, ...] = ()
 
 
 class Provider(Protocol):

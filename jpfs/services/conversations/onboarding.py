@@ -19,8 +19,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import prices, profiles, secrets, tree, usage
+from jpfs.core import models, prices, profiles, secrets, tree, usage
 from jpfs.core.conversation import ANSWERS, QUESTIONS, TASK, Conversation
+from jpfs.core.messages import assistant_content
 from jpfs.core.state import READY_RE, onboarding_of, split_rounds
 from jpfs.core.tool import Tool, check_arguments
 from jpfs.errors import ProviderError, ToolError
@@ -176,6 +177,8 @@ def step(runner: RunContext, conv: Conversation) -> None:
         timeout=float(config.get("timeout", 600.0)),
         phase="onboarding",
         metadata={"conversation": conv.id, "round": round_no},
+        thinking=models.thinking_param(str(config.get("model", "")), models.setting(config)),
+        effort=config.get("effort"),
     )
     runner.note(f"[{conv.id}] onboarding round {round_no}")
     reply = _valid_reply(runner, conv, request)
@@ -221,11 +224,10 @@ def _valid_reply(runner: RunContext, conv: Conversation, request: Request) -> Re
         if not any(problems.values()):
             # The step's usage is every attempt's: the invalid ones were paid for too.
             return dataclasses.replace(reply, usage=spent)
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
-        blocks += [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}
-            for c in reply.tool_calls
-        ]
+        # The reply goes back as received, its thinking first (the API refuses a tool
+        # loop whose last assistant message does not start with it).
+        calls = [{"id": c.id, "name": c.name, "input": c.input} for c in reply.tool_calls]
+        blocks = assistant_content(reply.text, calls, reply.thinking)
         results = [
             {
                 "type": "tool_result",

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from jpfs.core import frontmatter, locks, messages, prices, profiles, record, tree, usage
+from jpfs.core import frontmatter, locks, messages, prices, record, tree, usage
 from jpfs.core.conversation import RESULT, Conversation, now
 from jpfs.core.record import agent_identity
 from jpfs.core.state import State
@@ -37,6 +37,7 @@ from jpfs.errors import (
 from jpfs.infra import providers
 from jpfs.infra.providers.base import Provider, Reply, Request
 from jpfs.services.conversations import budgets, inputs, lifecycle, onboarding, reports
+from jpfs.services.run import turn
 from jpfs.services.run.app import App, default
 from jpfs.services.run.recording import Recording
 from jpfs.services.workspace import policy
@@ -177,27 +178,22 @@ class Runner(Recording):
                 conv, [str(c["name"]) for c in pending], [str(c["id"]) for c in pending]
             )
             return False
-        config = conv.config
         tools = self.tools_for(conv)
-        request = Request(
-            model=str(config.get("model", "")),
-            system=profiles.system_prompt(config),
-            messages=messages.to_messages(events),
-            tools=tuple(t.spec() for t in tools.values()),
-            max_tokens=int(config.get("max_tokens", 8192)),
-            timeout=float(config.get("timeout", 600.0)),
-            phase="work",
-            metadata={"conversation": conv.id},
-        )
-        self.note(f"[{conv.id}] model turn ({request.model})")
-        reply = self.complete(conv, request)
-        model = reply.model or request.model
-        priced = prices.billed_as(reply.model, request.model, self.ws.prices)
+        self.note(f"[{conv.id}] model turn ({conv.config.get('model', '')})")
+        sent = turn.call(self.ws, conv, events, tools, lambda request: self.complete(conv, request))
+        reply, asked = sent.reply, str(conv.config.get("model", ""))
+        model = reply.model or asked
+        priced = prices.billed_as(reply.model, asked, self.ws.prices)
         meta: dict[str, Any] = {
             "model": model,
             "usage": usage.record(reply.usage, priced, self.ws.prices),
             "stop_reason": reply.stop_reason,
+            "context": sent.context(),
         }
+        if reply.thinking:
+            # The agent's own: kept byte for byte (it goes back while the API needs it),
+            # never in result.md, a status mail or a caller's context.
+            meta["thinking"] = [dict(block) for block in reply.thinking]
         if reply.tool_calls:
             meta["tool_calls"] = [
                 {"id": c.id, "name": c.name, "input": c.input} for c in reply.tool_calls

@@ -131,6 +131,7 @@ def grep(
 
     wanted = set(only)
     out = []
+    thinking = _ThinkingLines(conv_root)
     for line in output.decode("utf-8", errors="replace").splitlines():
         path, _, rest = line.partition("\0")
         lineno, _, text = rest.partition("\0")
@@ -143,8 +144,50 @@ def grep(
             continue
         if not include_hidden and not wanted and is_hidden(conv_id):
             continue
+        if int(lineno) in thinking.of(conv_id, file):
+            continue  # the agent's own thinking is shown to nobody by a search
         out.append(Match(conv_id, file, int(lineno), text))
     return out
+
+
+class _ThinkingLines:
+    """The lines of assistant events' front matter that hold thinking (``[[thinking]]``
+    tables): the agent's own, never in a caller's context, so never a search's match nor
+    its context lines. Read only for events that matched."""
+
+    def __init__(self, conv_root: Path) -> None:
+        self.conv_root = conv_root
+        self._found: dict[tuple[str, str], frozenset[int]] = {}
+
+    def of(self, conv_id: str, file: str) -> frozenset[int]:
+        if not (file.startswith("events/") and file.endswith("-assistant.md")):
+            return frozenset()
+        key = (conv_id, file)
+        if key not in self._found:
+            try:
+                text = textfile.read_text(self.conv_root / conv_id / file, self.conv_root)
+            except (OSError, FormatError):
+                text = ""
+            self._found[key] = thinking_lines(text)
+        return self._found[key]
+
+
+def thinking_lines(text: str) -> frozenset[int]:
+    """Line numbers (1-based) of the ``[[thinking]]`` tables in ``text``'s front matter."""
+    lines = text.split("\n")
+    if not lines or lines[0].rstrip() != "+++":
+        return frozenset()
+    out: set[int] = set()
+    inside = False
+    for number, line in enumerate(lines[1:], start=2):
+        stripped = line.strip()
+        if stripped == "+++":
+            break
+        if stripped.startswith("["):
+            inside = stripped == "[[thinking]]"
+        if inside:
+            out.add(number)
+    return frozenset(out)
 
 
 @dataclass(frozen=True)
@@ -166,6 +209,7 @@ def with_context(conv_root: Path, matches: list[Match], context: int) -> list[Sh
     by_file: dict[tuple[str, str], list[Match]] = {}
     for m in matches:
         by_file.setdefault((m.id, m.file), []).append(m)
+    thinking = _ThinkingLines(conv_root)
     for (conv_id, file), found in by_file.items():
         try:
             lines = textfile.read_text(conv_root / conv_id / file, conv_root).splitlines()
@@ -173,10 +217,11 @@ def with_context(conv_root: Path, matches: list[Match], context: int) -> list[Sh
             lines = []
         hits = {m.line for m in found}
         wanted = sorted(
-            {n for m in found for n in range(m.line - context, m.line + context + 1)}
-            & set(range(1, len(lines) + 1))
+            ({n for m in found for n in range(m.line - context, m.line + context + 1)}
+            & set(range(1, len(lines) + 1)))
+            - thinking.of(conv_id, file)
             | hits
-        )
+        )  # fmt: skip
         previous = None
         for n in wanted:
             if out and (previous is None or n != previous + 1):
