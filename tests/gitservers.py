@@ -5,7 +5,11 @@
 * :class:`SmartHttp`: ``git http-backend`` (git's smart HTTP CGI program) behind a
   threaded HTTP server of the standard library, pushes enabled.
 
-Both are context managers; ``url(name)`` is the URL of ``root/name``. ``stop()`` ends
+* :class:`Sshd`: OpenSSH's ``sshd`` with a host key, a client key and a config of its
+  own, serving the bare repositories under a directory to the real ``ssh`` client
+  (git runs ``git-upload-pack`` / ``git-receive-pack`` through it).
+
+All are context managers; ``url(name)`` is the URL of ``root/name``. ``stop()`` ends
 the server and everything it started and checks that it ended; ``pause()`` and
 ``resume()`` take the remote away and bring it back on the same port (a remote that
 goes away, as a network does).
@@ -14,8 +18,11 @@ goes away, as a network does).
 from __future__ import annotations
 
 import contextlib
+import getpass
 import http.server
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -228,6 +235,150 @@ class SmartHttp:
         self.start(probe)
 
     def __enter__(self) -> SmartHttp:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+SSHD = Path("/usr/sbin/sshd")
+
+
+def sshd_missing() -> str:
+    """Why the SSH tests cannot run here ("" when they can)."""
+    if not SSHD.exists() or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        return (
+            f"OpenSSH's server is not installed ({SSHD}, ssh, ssh-keygen):"
+            " apt-get install openssh-server (make test installs it in CI)"
+        )
+    return ""
+
+
+class Sshd:
+    """``sshd -D`` on 127.0.0.1 serving the bare repositories under ``root`` over SSH,
+    with its keys and config in ``state``. The client's side: :meth:`command` (an SSH
+    command with the client key, as a user puts in ``core.sshCommand``), :meth:`url`
+    (scp-like or ``ssh://``), and :meth:`host_entry` (a ``Host`` block for an ssh
+    config file). Nothing reads or writes the real ``~/.ssh``: every client option
+    names its file, and ``-F`` a config of its own (ssh reads the home directory of
+    the passwd entry, not ``$HOME``)."""
+
+    def __init__(self, root: Path, state: Path) -> None:
+        self.root = root
+        self.state = state
+        self.port = free_port()
+        self.user = getpass.getuser()
+        self.key = state / "client_ed25519"
+        self.known_hosts = state / "known_hosts"
+        self.log = state / "sshd.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        state.mkdir(parents=True, exist_ok=True)
+        host_key = state / "host_ed25519"
+        for key in (host_key, self.key):
+            if not key.exists():
+                subprocess.run(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "jpfs-test", "-f", str(key)],
+                    check=True, capture_output=True,
+                )  # fmt: skip
+        (state / "authorized_keys").write_bytes(self.key.with_suffix(".pub").read_bytes())
+        host_public = host_key.with_suffix(".pub").read_text(encoding="utf-8").split()
+        self.known_hosts.write_text(
+            f"[127.0.0.1]:{self.port} {host_public[0]} {host_public[1]}\n", encoding="utf-8"
+        )
+        self.config = state / "sshd_config"
+        self.config.write_text(
+            "\n".join([
+                f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}",
+                "PidFile none", f"AuthorizedKeysFile {state / 'authorized_keys'}",
+                "StrictModes no", "PubkeyAuthentication yes", "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no", "UsePAM no",
+                "PermitRootLogin prohibit-password", "AcceptEnv GIT_PROTOCOL",
+                # Daemons open connections in bursts and share them (many sessions each).
+                "MaxStartups 200", "MaxSessions 200", "LogLevel VERBOSE", "",
+            ]),
+            encoding="utf-8",
+        )  # fmt: skip
+
+    def command(self, *, key: bool = True) -> str:
+        """An SSH command that reaches this server (``key=False``: offers no key)."""
+        options = [
+            "-F", "/dev/null", "-p", str(self.port), "-o", "IdentitiesOnly=yes",
+            "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+        ]  # fmt: skip
+        options += ["-i", str(self.key)] if key else ["-o", "IdentityFile=/dev/null"]
+        return f"ssh {shlex.join(options)}"
+
+    def url(self, name: str, *, host: str = "", style: str = "scp") -> str:
+        """``[user@]host:path`` (``style="ssh"``: ``ssh://host/path``) of ``root/name``;
+        ``host`` defaults to ``user@127.0.0.1`` (reached with :meth:`command`, whose
+        ``-p`` names the port), a ``Host`` alias when given."""
+        where = host or f"{self.user}@127.0.0.1"
+        path = self.root / name
+        return f"ssh://{where}{path}" if style == "ssh" else f"{where}:{path}"
+
+    def host_entry(self, alias: str) -> str:
+        """A ``Host`` block of an ssh config naming this server ``alias``."""
+        return (
+            f"Host {alias}\n  HostName 127.0.0.1\n  Port {self.port}\n  User {self.user}\n"
+            f"  IdentityFile {self.key}\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {self.known_hosts}\n  StrictHostKeyChecking yes\n"
+        )
+
+    def start(self, probe: str | None = None) -> Sshd:
+        if os.geteuid() == 0:
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege separation
+        with self.log.open("ab") as log:
+            self._proc = subprocess.Popen(
+                [str(SSHD), "-D", "-e", "-f", str(self.config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # its per-connection children go with it (killpg)
+            )
+        if probe is not None:
+            self.wait_up(probe)
+        return self
+
+    def wait_up(self, name: str) -> None:
+        deadline = time.monotonic() + _READY_TIMEOUT
+        tick = threading.Event()
+        last = ""
+        env = {**os.environ, "GIT_SSH_COMMAND": self.command()}
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                break
+            done = subprocess.run(
+                ["git", "ls-remote", self.url(name)], capture_output=True, text=True,
+                timeout=_READY_TIMEOUT, env=env,
+            )  # fmt: skip
+            if done.returncode == 0:
+                return
+            last = done.stderr.strip()
+            tick.wait(0.05)
+        said = self.log.read_text(encoding="utf-8", errors="replace")[-2000:]
+        raise RuntimeError(f"sshd on port {self.port} did not come up: {last}\n{said}")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        assert proc.poll() is not None, "sshd did not stop"
+
+    pause = stop
+
+    def resume(self, probe: str | None = None) -> None:
+        self.start(probe)
+
+    def __enter__(self) -> Sshd:
         return self
 
     def __exit__(

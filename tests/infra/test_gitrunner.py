@@ -38,11 +38,21 @@ def test_a_process_started_beside_the_caller_fails_in_the_same_words(tmp_path: P
     assert str(git.failure(args, proc.returncode, err)) == str(ran.value)
 
 
-def test_the_first_complaint_is_the_reason_and_the_last_the_advice(tmp_path: Path) -> None:
+def test_the_complaint_is_git_s_reason_not_its_advice(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     (repo / ".git" / "index.lock").write_text("")
     proc = git.run(repo, ["read-tree", "-m", "-u", "HEAD", "HEAD"], check=False)
     assert proc.returncode != 0
     assert git.complaint(proc.stderr, first=True).startswith("Unable to create")
-    assert git.complaint(proc.stderr) != git.complaint(proc.stderr, first=True)
+    # The advice git prints after its fatal: line ("remove the file manually") is left out.
+    assert git.complaint(proc.stderr) == git.complaint(proc.stderr, first=True)
+    # A connection's end echoed after the reason is not the reason (issue #49).
+    said = (
+        "fatal: couldn't find remote ref refs/heads/x\nfatal: the remote end hung up unexpectedly\n"
+    )
+    assert git.complaint(said) == "couldn't find remote ref refs/heads/x"
+    said = (
+        "me@host: Permission denied (publickey).\nfatal: Could not read from remote repository.\n"
+    )
+    assert git.complaint(said) == "me@host: Permission denied (publickey)."
     assert git.complaint("") == "" and "exit status" in str(git.failure(["x"], 3, ""))

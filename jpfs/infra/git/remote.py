@@ -12,7 +12,7 @@ Output is read from ``--porcelain`` (stable across git versions), one status per
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +20,34 @@ from jpfs.errors import GitError
 from jpfs.infra.git import runner
 
 ZERO = "0" * 40
-# Never prompt for credentials or host keys: a daemon has no terminal to ask on.
-_QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
+# Never prompt for credentials: a daemon has no terminal to ask on. SSH is kept from
+# prompting by BatchMode, added to the user's own SSH command (jpfs.infra.git.ssh).
+_QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0"}
+# What to set up when the remote wants what a daemon cannot give: (git's words, advice).
+_ADVICE = (
+    (
+        "Host key verification failed",
+        "the SSH host key of the remote is not known here, and jpfs never asks:"
+        " connect once by hand (`git ls-remote <remote>`) to accept it, or add it to"
+        " ~/.ssh/known_hosts",
+    ),
+    (
+        "Permission denied (",
+        "the SSH server refused every key offered, and jpfs never asks for a password"
+        " or passphrase (BatchMode): give a key without passphrase (a deploy key) in"
+        ' `git config core.sshCommand "ssh -i KEY"` or an IdentityFile in'
+        " ~/.ssh/config, or load it into ssh-agent",
+    ),
+    (
+        "terminal prompts disabled",
+        "the HTTPS remote asks for credentials, and jpfs never prompts: store them with"
+        " a credential helper (`git config credential.helper store`, or your system's)",
+    ),
+    (
+        "Authentication failed",
+        "the remote refused the stored credentials: update them in your credential helper",
+    ),
+)
 # A fetch fails when another writer moves a ref it writes while it runs (`cannot lock
 # ref ...: is at X but expected Y`: a push of ours updating the same tracking ref, or
 # another jpfs process's fetch); the next fetch sees both. Made again up to this often.
@@ -61,8 +87,25 @@ class PushResult:
         return {ref: summary for ref, (flag, summary) in self.refs.items() if flag == "!"}
 
 
-def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, **_QUIET_ENV, **(extra or {})}
+def _env(via: Sequence[str] = ()) -> dict[str, str]:
+    env = {**os.environ, **_QUIET_ENV}
+    for setting in via:
+        if setting.startswith(_SSH_SETTING):
+            # The user's GIT_SSH_COMMAND would outrank the setting; it is inside it already.
+            env["GIT_SSH_COMMAND"] = setting.removeprefix(_SSH_SETTING)
+    return env
+
+
+_SSH_SETTING = "core.sshCommand="
+
+
+def advice(said: str) -> str:
+    """What to set up, for a refusal in git's words ``said`` ("" when none applies),
+    as a sentence to append to the error."""
+    for words, what in _ADVICE:
+        if words in said:
+            return f" ({what})"
+    return ""
 
 
 def check_remote(repo: Path, remote: str) -> str:
@@ -75,6 +118,12 @@ def check_remote(repo: Path, remote: str) -> str:
             f" (see `git remote -v`; add it with `git remote add {remote} URL`)"
         )
     return url
+
+
+def push_urls(repo: Path, remote: str) -> list[str]:
+    """The URLs git pushes ``remote`` to (its pushurls, else its url; rewrites applied)."""
+    proc = runner.run(repo, ["remote", "get-url", "--push", "--all", remote], check=False)
+    return proc.stdout.split()
 
 
 def fetch(
@@ -105,12 +154,14 @@ def fetch(
         args.append("--prune")
     args += [f"--negotiation-tip={ref}" for ref in negotiate]
     for attempt in range(_MOVED_ATTEMPTS):
-        try:
-            runner.run(repo, [*_settings(via), *args, remote, *refspecs], env=_env())
+        proc = runner.run(
+            repo, [*_settings(via), *args, remote, *refspecs], check=False, env=_env(via)
+        )
+        if proc.returncode == 0:
             return
-        except GitError as exc:
-            if "cannot lock ref" not in str(exc) or attempt + 1 == _MOVED_ATTEMPTS:
-                raise
+        said = proc.stderr or proc.stdout
+        if "cannot lock ref" not in said or attempt + 1 == _MOVED_ATTEMPTS:
+            raise GitError(f"{runner.failure(args, proc.returncode, said)}{advice(said)}")
 
 
 def push(
@@ -132,11 +183,12 @@ def push(
         args.append(f"--force-with-lease={up.ref}:{up.expect or ''}")
         source = up.source or up.new or ""
         specs.append(f"{source}:{up.ref}" if up.new is not None else f":{up.ref}")
-    proc = runner.run(repo, [*_settings(via), *args, remote, *specs], check=False, env=_env())
+    proc = runner.run(repo, [*_settings(via), *args, remote, *specs], check=False, env=_env(via))
     refs = _parse_porcelain(proc.stdout)
     if proc.returncode != 0 and not refs:
-        said = runner.complaint(proc.stderr or proc.stdout) or f"exit status {proc.returncode}"
-        raise GitError(f"git push to {remote} failed: {said}")
+        told = proc.stderr or proc.stdout
+        said = runner.complaint(told) or f"exit status {proc.returncode}"
+        raise GitError(f"git push to {remote} failed: {said}{advice(told)}")
     ok = proc.returncode == 0 and all(flag != "!" for flag, _ in refs.values())
     return PushResult(ok, refs, proc.stderr.strip())
 

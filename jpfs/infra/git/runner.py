@@ -25,7 +25,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """``git args`` in ``cwd``, its output as text; ``env`` adds to (or overrides) this
     process's environment. With ``check``, an exit status not in ``ok`` is a
-    :class:`GitError` naming git's last line of complaint."""
+    :class:`GitError` naming git's reason (:func:`complaint`)."""
     try:
         proc = subprocess.run(
             ["git", *args],
@@ -85,13 +85,47 @@ def failure(args: Sequence[str], status: int, said: str | bytes) -> GitError:
 
 
 def complaint(said: str | bytes, *, first: bool = False) -> str:
-    """git's last line of complaint in ``said`` (or its ``first``), without the
-    ``fatal:`` / ``error:`` git tags it with; "" when git said nothing."""
+    """git's reason in ``said``: its ``fatal:`` / ``error:`` lines, without those tags,
+    joined by "; " (``first``: its first line only); "" when git said nothing.
+
+    Lines that only say a connection ended (``the remote end hung up unexpectedly``,
+    ``Could not read from remote repository.``) are echoes, not reasons: the reason is
+    the other tagged line (``couldn't find remote ref ...``), or, when there is none,
+    what the transport said before them (ssh's ``Permission denied (publickey).``).
+    Untagged lines after the reason are advice, left out; with no tagged line at all,
+    the last line is the reason (a program other than git said it)."""
     text = os.fsdecode(said) if isinstance(said, bytes) else said
-    lines = text.strip().splitlines()
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if not lines:
         return ""
-    return lines[0 if first else -1].removeprefix("fatal: ").removeprefix("error: ")
+    if first:
+        return _untag(lines[0])
+    tagged = [n for n, line in enumerate(lines) if line.startswith(_TAGS)]
+    if not tagged:
+        return _untag(lines[-1])
+    reasons = [_untag(lines[n]) for n in tagged if _untag(lines[n]) not in _ECHOES]
+    if not reasons:
+        said_before = [line for line in lines[: tagged[0]] if not line.startswith(_NOISE)]
+        reasons = said_before[-2:] or [_untag(lines[tagged[0]])]
+    return "; ".join(dict.fromkeys(reasons))
+
+
+_TAGS = ("fatal: ", "error: ")
+_ECHOES = {
+    "the remote end hung up unexpectedly",
+    "Could not read from remote repository.",
+    "early EOF",
+    "expected flush after ref listing",
+}
+# What ssh or git print that is never the reason (a host key added, git's hints).
+_NOISE = ("Warning: Permanently added", "hint: ")
+
+
+def _untag(line: str) -> str:
+    for tag in _TAGS:
+        if line.startswith(tag):
+            return line.removeprefix(tag)
+    return line
 
 
 def _command(args: Sequence[str]) -> str:

@@ -24,7 +24,7 @@ from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
 from jpfs.errors import GitError
 from jpfs.infra import git
-from jpfs.infra.git import refs, relay, wire
+from jpfs.infra.git import refs, relay, ssh, wire
 from jpfs.infra.git import remote as gitremote
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
@@ -54,7 +54,11 @@ class SyncEngine:
         incarnation: str | None = None,
         on_lost: Callable[[str], None] | None = None,
         on_moved: Callable[[str, str], None] | None = None,
+        share: bool = True,
     ) -> None:
+        """``share``: reuse one SSH connection for all of this engine's git commands
+        (a process that makes many: a daemon, runs without one); ``jpfs sync`` by hand
+        makes a few and leaves no connection behind."""
         self.ws = ws
         self.remote = str(ws.config["sync.remote"])
         self.interval, lease = timing(
@@ -72,7 +76,12 @@ class SyncEngine:
         # between cycles.
         direct = relay.direct_urls(self.repo, self.remote) if ws.config["sync.relay"] else []
         self.relays = relay.for_remote(self.repo, self.remote, direct)
-        self.via = self.relays.settings
+        # The user's SSH command with BatchMode, and for an SSH remote one connection
+        # shared by every fetch, push and claim (jpfs.infra.git.ssh).
+        pushes_to = gitremote.push_urls(self.repo, self.remote)
+        share = share and any(ssh.is_ssh(url) for url in (fetched_from, *pushes_to))
+        self.ssh = ssh.command_for(self.repo, ws.local_dir, share=share)
+        self.via = (*self.relays.settings, *self.ssh.settings)
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
         # The cycle's own pushes keep the tracking refs of the leases they write up to
@@ -399,5 +408,7 @@ class SyncEngine:
             gitremote.push(self.repo, self.remote, stale, atomic=False, via=self.cycle_via)
 
     def close(self) -> None:
-        """Stop the relays (the engine's git commands are done)."""
+        """Stop the relays and end the shared SSH connections (the engine's git
+        commands are done)."""
         self.relays.close()
+        self.ssh.close()

@@ -45,7 +45,7 @@ def sync_by_hand(ws: Workspace) -> HandSync:
             " e.g. `jpfs config set sync.remote origin`"
         )
     ws.ensure_record()
-    engine = SyncEngine(ws)
+    engine = SyncEngine(ws, share=False)
     try:
         committed = ws.committer.commit_pending(
             "jpfs: edits synced by hand",

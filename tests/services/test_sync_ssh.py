@@ -1,0 +1,161 @@
+"""The shared record over SSH, as teams reach their remotes (issue #49).
+
+A real OpenSSH ``sshd`` on 127.0.0.1 (:class:`tests.gitservers.Sshd`), the real ``ssh``
+client and real git. The key is given the ways users give it: ``core.sshCommand``, or a
+``Host`` entry of an ssh config named by ``GIT_SSH_COMMAND``. Without ``sshd`` these
+tests are skipped, saying what to install; in CI (``CI`` set) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, jpfs_subprocess, wait_until
+from tests.gitservers import Sshd, sshd_missing
+from tests.services.test_sync_machines import jpfs, seed_remote, start_daemon, status, stop_daemon
+
+
+def require_sshd() -> None:
+    missing = sshd_missing()
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI must run the SSH tests: {missing}")
+    if missing:
+        pytest.skip(missing)
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    """An SSH server for ``tmp_path/srv/remote.git`` (empty, branch ``main``), and its
+    client key given by ``core.sshCommand`` in the test's own global git config."""
+    require_sshd()
+    srv = tmp_path / "srv"
+    srv.mkdir()
+    git(srv, "init", "-q", "--bare", "-b", "main", "remote.git")
+    server = Sshd(srv, tmp_path / "sshd")
+    with server.start(probe="remote.git"):
+        git(tmp_path, "config", "--global", "core.sshCommand", server.command())
+        yield server
+
+
+def remote_record(remote: Path) -> str:
+    return git(remote, "rev-parse", "--verify", "-q", "refs/heads/jpfs-record", check=False)
+
+
+def new_workspace(tmp_path: Path, url: str, name: str, *, project: bool) -> Path:
+    """A clone of ``url`` set to share its record (``project``: and the project's
+    branch pushed, as when the remote had it before jpfs)."""
+    ws = tmp_path / name
+    git(tmp_path, "clone", "-q", url, str(ws))
+    (ws / "README.md").write_text("# project\n", encoding="utf-8")
+    git(ws, "add", "README.md")
+    git(ws, "commit", "-q", "-m", "initial")
+    jpfs(ws, "init")
+    jpfs(ws, "config", "set", "sync.remote", "origin")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", "share the record")
+    if project:
+        git(ws, "push", "-q", "origin", "main")
+    return ws
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("remote_has", ["nothing", "the project", "a record"])
+def test_the_first_jpfs_sync_over_ssh(tmp_path: Path, sshd: Sshd, remote_has: str) -> None:
+    url = sshd.url("remote.git")  # scp-like: user@127.0.0.1:/path/remote.git
+    remote = sshd.root / "remote.git"
+    if remote_has == "a record":
+        first = new_workspace(tmp_path, url, "first", project=True)
+        jpfs(first, "sync")
+        assert remote_record(remote)
+        ws = tmp_path / "ws"
+        git(tmp_path, "clone", "-q", url, str(ws))  # the project says: share through origin
+    else:
+        ws = new_workspace(tmp_path, url, "ws", project=remote_has == "the project")
+    (ws / "conversations" / "c1").mkdir(parents=True)
+    (ws / "conversations" / "c1" / "task.md").write_text("# Hello\n", encoding="utf-8")
+    jpfs(ws, "sync")
+    pushed = git(remote, "ls-tree", "-r", "--name-only", "jpfs-record")
+    assert "c1/task.md" in pushed.splitlines()
+    jpfs(ws, "sync")  # and again, now that the remote has it
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("style", ["scp", "ssh"])
+def test_a_host_entry_of_the_user_s_ssh_config(
+    tmp_path: Path, sshd: Sshd, style: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The remote named by a ``Host`` alias, the key in the user's ssh config; the
+    user's ``GIT_SSH_COMMAND`` names the config (it outranks core.sshCommand)."""
+    config = tmp_path / "ssh_config"
+    config.write_text(sshd.host_entry("teamhost"), encoding="utf-8")
+    monkeypatch.setenv("GIT_SSH_COMMAND", f"ssh -F {config}")
+    url = sshd.url("remote.git", host="teamhost", style=style)
+    ws = new_workspace(tmp_path, url, "ws", project=True)
+    jpfs(ws, "sync")
+    assert remote_record(sshd.root / "remote.git")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("missing", ["key", "host key"])
+def test_what_ssh_cannot_do_without_a_prompt_fails_at_once_saying_what_to_set_up(
+    tmp_path: Path, sshd: Sshd, missing: str
+) -> None:
+    ws = new_workspace(tmp_path, sshd.url("remote.git"), "ws", project=True)
+    if missing == "key":
+        git(ws, "config", "core.sshCommand", sshd.command(key=False))
+        expect = ["Permission denied (publickey", "deploy key", "core.sshCommand"]
+    else:
+        unknown = tmp_path / "no_known_hosts"
+        command = sshd.command().replace(str(sshd.known_hosts), str(unknown))
+        git(ws, "config", "core.sshCommand", command.replace("Checking=yes", "Checking=ask"))
+        expect = ["Host key verification failed", "known_hosts"]
+    proc = jpfs_subprocess("sync", cwd=ws, timeout=60)
+    assert proc.returncode != 0
+    for words in expect:
+        assert words in proc.stderr, proc.stderr
+    assert "hung up" not in proc.stderr, proc.stderr
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in argv:
+                found.append(int(entry.name))
+    return found
+
+
+def _accepted(server: Sshd) -> int:
+    return server.log.read_text(encoding="utf-8", errors="replace").count("Accepted publickey")
+
+
+@pytest.mark.timeout(300)
+def test_a_daemon_shares_one_ssh_connection_and_ends_it_at_stop(tmp_path: Path, sshd: Sshd) -> None:
+    seed_remote(tmp_path, lease=8.0, url=sshd.url("remote.git"))
+    ws = tmp_path / "d1"
+    git(tmp_path, "clone", "-q", sshd.url("remote.git"), str(ws))
+    before = _accepted(sshd)
+    try:
+        pid = start_daemon(ws, "key-d1")
+        wait_until(
+            lambda: status(ws)["sync"]["timings"].get("fetch", {}).get("count", 0) >= 6,  # type: ignore[index]
+            timeout=120,
+            interval=0.2,
+            message="six fetches",
+        )
+        assert _accepted(sshd) - before <= 2  # one connection (and a spare, if ever)
+        masters = _processes_naming(f"{pid}/%C")  # its ControlPath: a directory per process
+        assert masters, "a shared connection"
+    finally:
+        stop_daemon(ws)
+    # Ended at stop: no master left, its socket directory gone.
+    wait_until(lambda: not _processes_naming(f"{pid}/%C"), timeout=10, message="no master left")
+    assert not list((ws / ".jpfs" / "local").glob("ssh/*/*"))
