@@ -17,18 +17,18 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import shutil
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from jpfs.core import ids, scope
-from jpfs.core.conversation import ANSWERS, QUESTIONS, TASK, Conversation, create
+from jpfs.core import locks, scope
+from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import StateError
-from jpfs.services.conversations import lifecycle, onboarding
+from jpfs.services.conversations import onboarding
+from jpfs.services.run import control
 from jpfs.services.run.app import App
 from jpfs.services.run.query import Outcome, outcome, query
 from jpfs.services.run.runtime import Progress, Runner
@@ -119,33 +119,28 @@ def reply(
 
 
 def spawn(ws: Workspace, template_id: str, task: str) -> Conversation:
-    """A child of an onboarded template that inherits its Q&A and does ``task``."""
-    template = Conversation(ws.conv_root, scope.resolve(ws.conv_root, template_id))
-    meta = template.meta()
-    child = create(
-        ws.conv_root,
-        ids.join(template.id, ids.generate()),
-        agent=str(meta.get("agent", "")),
-        title=task.strip().splitlines()[0][:80] if task.strip() else "",
-        config=template.config,
-        extra={"base": lifecycle.head_commit(ws), "forked_from": f"{template.id}@0"},
+    """A child of an onboarded template that inherits its Q&A and does ``task``: a fork
+    of the template (``control.fork``), made as every conversation is (redaction, lock,
+    branch plan: :mod:`jpfs.services.conversations.creation`), not started."""
+    template = scope.resolve(ws.conv_root, template_id)
+    return Conversation(
+        ws.conv_root, control.fork(ws, template, task, start_run=False, event="task")
     )
-    context = (template.read(TASK) or "").rstrip()
-    child.write(TASK, f"{context}\n\n## Your task\n\n{task.strip()}\n")
-    for name in (QUESTIONS, ANSWERS):
-        if template.file(name).exists():
-            shutil.copyfile(template.file(name), child.file(name))
-    from jpfs.core import record
 
-    record.commit(
-        ws, child.id, "task", agent=str(meta.get("agent", "")), note=f"from {template.id}"
-    )
-    return child
+
+# Seconds a call waits for a child a daemon took up between its creation and its run
+# (the daemon runs it; the call then reads its result).
+CHILD_LOCK_WAIT = 600.0
+
+
+def run_child(ws: Workspace, conv: Conversation, runner: Runner) -> Outcome:
+    with locks.conversation_lock(ws.local_dir, conv.id, wait=CHILD_LOCK_WAIT):
+        return outcome(conv, runner.run_locked(conv))
 
 
 def run_children(ws: Workspace, children: Sequence[Conversation], runner: Runner) -> list[Outcome]:
     def one(conv: Conversation) -> Outcome:
-        return outcome(conv, runner.run(conv.id))
+        return run_child(ws, conv, runner)
 
     workers = max(1, min(len(children), os.cpu_count() or 2, 8))
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -168,7 +163,7 @@ def call(
         if not target.ready:
             raise StateError(f"{target.conversation!r} still has open questions: reply() first")
         child = spawn(ws, target.conversation, input)
-        result = outcome(child, run.run(child.id))
+        result = run_child(ws, child, run)
     if result.state is not State.IDLE:
         raise StateError(f"{result.conversation!r} ended {result.state}: {result.text.strip()}")
     return result.text

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from jpfs.core import frontmatter
-from jpfs.errors import ArgumentError, ConversationGone, ExistsError
+from jpfs.errors import ArgumentError, ConversationGone, ExistsError, FormatError
 from jpfs.infra import fsclock, textfile
 
 EVENTS = "events"
@@ -242,6 +242,11 @@ class EventLog:
                 self.events_dir.mkdir(exist_ok=True)
             except FileNotFoundError as exc:
                 raise self._gone() from exc
+            except FileExistsError as exc:  # a file, or a link to none, in its place
+                raise FormatError(
+                    f"{self.events_dir} is not a directory: jpfs keeps the conversation's"
+                    " events there; move it away"
+                ) from exc
         seq = names[-1][0] + 1 if names else 1
         full = {"role": role, "created": now(), **(meta or {})}
         if "tool_calls" in full:

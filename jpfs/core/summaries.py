@@ -65,6 +65,8 @@ class Summaries:
         self.dirty = False
         self._visited: set[str] | None = None
         self._horizon = 0
+        # Directories the last walk left out: too deep to be a conversation (see walk).
+        self.left_out: list[str] = []
         if self.path is None:
             return
         try:
@@ -83,17 +85,20 @@ class Summaries:
         """Every conversation below ``under`` (exclusive), parent first, children sorted:
         its id, its signature now and its summary if its files have not changed since
         one was :meth:`put`, else None. Symlinked directories are never followed: they
-        could lead out of the tree.
+        could lead out of the tree. A directory deeper than an id may be is not walked;
+        one holding a conversation is named in :attr:`left_out`, for the listing to say
+        so (:func:`jpfs.core.tree.left_out_note`).
         """
         self._horizon = self._now()
         visited: set[str] = set()
         self._visited = visited if under is None else None
+        self.left_out = []
         nodes = self.nodes
         start = conv_root.joinpath(*under.split("/")) if under else conv_root
-        stack: list[tuple[str, str]] = [(under or "", str(start))]
+        stack: list[tuple[str, str, int]] = [(under or "", str(start), ids.depth(under or ""))]
         sep = os.sep
         while stack:
-            rel, path = stack.pop()
+            rel, path, depth = stack.pop()
             visited.add(rel)
             try:
                 st = os.lstat(path) if rel != (under or "") else os.stat(path)
@@ -108,8 +113,15 @@ class Summaries:
                 if node is None:
                     continue
             base = f"{rel}/" if rel else ""
-            for child in reversed(node[3]):
-                stack.append((base + child, path + sep + child))
+            if depth < ids.MAX_DEPTH:
+                for child in reversed(node[3]):
+                    stack.append((base + child, path + sep + child, depth + 1))
+            else:
+                # Deeper ids are refused (ids.MAX_DEPTH): such a directory is left out,
+                # and said, if a conversation is in it.
+                self.left_out += [
+                    base + child for child in node[3] if holds_conversation(path + sep + child)
+                ]
             if node[1] and rel != (under or ""):
                 sig = stamp + _stats(path + sep, node[2])
                 yield rel, sig, (node[5] if node[4] == sig else None)
@@ -180,6 +192,23 @@ class Summaries:
             self.dirty = False
         except OSError:
             pass
+
+
+def holds_conversation(path: str) -> bool:
+    """Whether the directory ``path`` or one below it (links not followed) is a
+    conversation: a directory a walk leaves out is said only when it holds one."""
+    stack = [path]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    if entry.name in _MARKS:
+                        return True
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return False
 
 
 def _stats(prefix: str, names: list[str]) -> Signature:

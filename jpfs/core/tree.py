@@ -10,24 +10,29 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, astuple, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from jpfs.core import frontmatter, ids
+from jpfs.core import failures, frontmatter, ids
 from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, Conversation
 from jpfs.core.scope import CONVERSATION_TOML, TASK
 from jpfs.core.state import Snapshot, State, derive
-from jpfs.core.summaries import Summaries
+from jpfs.core.summaries import Summaries, holds_conversation
 from jpfs.errors import FormatError
 
 SKIP = ids.RESERVED
 
 
-def walk(conv_root: Path, under: str | None = None) -> Iterator[str]:
+def walk(
+    conv_root: Path, under: str | None = None, *, left_out: list[str] | None = None
+) -> Iterator[str]:
     """Ids of every conversation below ``under`` (exclusive), depth first, sorted.
 
-    Symlinked directories are never followed: they could lead out of the tree.
+    Symlinked directories are never followed: they could lead out of the tree. Nor is
+    a directory deeper than an id may be (:data:`ids.MAX_DEPTH`): one holding a
+    conversation is added to ``left_out`` (:func:`left_out_note` says it), so one odd
+    directory never stops a listing of the others.
     """
     start = conv_root.joinpath(*under.split("/")) if under else conv_root
     prefix = f"{under}/" if under else ""
@@ -36,6 +41,10 @@ def walk(conv_root: Path, under: str | None = None) -> Iterator[str]:
     segment = ids.SEGMENT_RE.fullmatch
     while stack:
         path, pre = stack.pop()
+        if pre.count("/") > ids.MAX_DEPTH:
+            if left_out is not None and holds_conversation(path):
+                left_out.append(pre.rstrip("/"))
+            continue
         children: list[tuple[str, str]] = []
         is_conv = False
         try:
@@ -60,6 +69,14 @@ def walk(conv_root: Path, under: str | None = None) -> Iterator[str]:
             yield pre.rstrip("/")
 
 
+def left_out_note(rel: str) -> str:
+    """What a listing says of a directory :func:`walk` left out."""
+    return (
+        f"{rel}: left out: deeper than {ids.MAX_DEPTH} levels, so no conversation id"
+        " (move it up to make it a conversation)"
+    )
+
+
 def snapshot(conv: Conversation, meta: dict[str, Any] | None = None) -> Snapshot:
     meta = conv.meta() if meta is None else meta
     names = conv.event_names()
@@ -73,11 +90,15 @@ def snapshot(conv: Conversation, meta: dict[str, Any] | None = None) -> Snapshot
     result_path = conv.path / RESULT
     if result_path.is_file():
         rmeta, _ = frontmatter.read(result_path, conv.root)
-        result_event = int(rmeta.get("event", 0))
+        result_event = rmeta.get("event", 0)
+        if type(result_event) is not int:
+            kind = type(result_event).__name__
+            raise FormatError(f"{result_path}: event must be an event's number, not a {kind}")
     cfg = meta.get("config", {})
-    onboarding = (
-        bool(cfg.get("onboarding", {}).get("enabled", False)) if isinstance(cfg, dict) else False
-    )
+    table = cfg.get("onboarding", {}) if isinstance(cfg, dict) else {}
+    if not isinstance(table, dict):
+        raise FormatError(f"{conv.toml_path}: [config] onboarding must be a table")
+    onboarding = bool(table.get("enabled", False))
     return Snapshot(
         has_task=os.path.lexists(conv.path / TASK),
         onboarding=onboarding,
@@ -150,12 +171,16 @@ def listing(
     *,
     include_hidden: bool = False,
     cache_dir: Path | None = None,
+    left_out: list[str] | None = None,
 ) -> list[Info]:
     """Every conversation below ``under``; with ``cache_dir`` (``.jpfs/local``), each
-    read again only if its files changed since the last listing (:mod:`summaries`)."""
+    read again only if its files changed since the last listing (:mod:`summaries`).
+    ``left_out`` gets the directories too deep to be listed (:func:`left_out_note`)."""
     cache = Summaries(cache_dir)
     out = []
     hidden_prefixes: list[str] = []
+    # Failed, though their files could not say so (jpfs.core.failures): not cached.
+    kept = failures.every(cache_dir, conv_root) if cache_dir is not None else {}
     for conv_id, sig, known in cache.walk(conv_root, under):
         if hidden_prefixes and any(ids.is_descendant(conv_id, h) for h in hidden_prefixes):
             continue
@@ -167,8 +192,10 @@ def listing(
         if item.hidden and not include_hidden:
             hidden_prefixes.append(conv_id)
             continue
-        out.append(item)
+        out.append(replace(item, status="failed") if conv_id in kept else item)
     cache.save()
+    if left_out is not None:
+        left_out += cache.left_out
     return out
 
 

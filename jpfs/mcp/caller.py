@@ -149,12 +149,14 @@ class Caller:
     def conversation(self) -> str:
         with self._root_lock:
             if self.root is None:
+                # The server's own profile, made here: no user's allow-list to check.
                 conv = lifecycle.new_conversation(
                     self.ws,
                     ids.generate(PROFILE_NAME),
                     agent=PROFILE_NAME,
                     title=self.title,
                     config=self.config,
+                    scoped=True,
                 )
                 self.root = conv.id
                 if self.announce is not None:

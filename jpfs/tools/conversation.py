@@ -111,7 +111,10 @@ def _answer(result: Outcome, report: Callable[[Any], None] | None) -> str:
 
 def jp_conversation_list(ctx: ToolContext, args: JsonDict) -> str:
     ws = ctx.ws()
-    items = tree.listing(ws.conv_root, ctx.conversation or None, include_hidden=True)
+    left_out: list[str] = []
+    items = tree.listing(
+        ws.conv_root, ctx.conversation or None, include_hidden=True, left_out=left_out
+    )
     rows = [
         {
             k: v
@@ -120,7 +123,9 @@ def jp_conversation_list(ctx: ToolContext, args: JsonDict) -> str:
         }
         for i in items
     ]
-    return json.dumps(rows, indent=1) if rows else "[] (no sub-conversations yet)"
+    text = json.dumps(rows, indent=1) if rows else "[] (no sub-conversations yet)"
+    # After the list, so that it still parses once these lines are cut off.
+    return "".join([text, *(f"\nnote: {tree.left_out_note(rel)}" for rel in left_out)])
 
 
 def jp_conversation_print(ctx: ToolContext, args: JsonDict) -> str:

@@ -3,9 +3,12 @@ Messages API server through the real SDK, and a daemon process serving it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +19,7 @@ from tests.conftest import (
     use_only_agent,
     wait_until,
 )
-from tests.messages_server import MessagesServer, last_user_text, text_reply
+from tests.messages_server import JsonDict, MessagesServer, Response, last_user_text, text_reply
 
 SECRET = "s3cr3t-do-not-leak-8d1f"
 
@@ -103,3 +106,39 @@ def wait_error(ws: Path, conv_id: str, needle: str, timeout: float = 30) -> str:
 
     wait_until(seen, timeout=timeout, message=f"an error event in {conv_id} about {needle!r}")
     return found[0]
+
+
+BUSY = 3  # runs held in flight by ``gate`` (of daemon.max_agents = 4): a busy daemon
+
+
+@pytest.fixture
+def gate(api_env: MessagesServer) -> Iterator[threading.Event]:
+    """A task saying "Keep busy" waits in its model call until the gate opens (at the
+    latest when the test ends); every other task is echoed."""
+    opened = threading.Event()
+
+    def respond(request: JsonDict) -> Response:
+        text = last_user_text(request)
+        if "Keep busy" in text:
+            opened.wait(60)
+        return text_reply("echo: " + text[:60])
+
+    api_env.responder = respond
+    try:
+        yield opened
+    finally:
+        opened.set()
+
+
+def busy(ws: Path) -> None:
+    """:data:`BUSY` runs in flight on the running daemon, held by ``gate``."""
+    for n in range(BUSY):
+        start_conversation(ws, f"busy{n}", "Keep busy.\n")
+    wait_until(lambda: len(status(ws)["agents"]) == BUSY, timeout=20, message="the busy runs")
+
+
+def status(ws: Path) -> Any:
+    """``jpfs daemon status --format json``."""
+    done = jpfs_subprocess("daemon", "status", "--format", "json", cwd=ws)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

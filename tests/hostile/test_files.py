@@ -92,7 +92,7 @@ def test_nothing_is_written_through_a_symlinked_conversation_or_events_directory
 
     wait_until(failed, timeout=30, message="evlink's run to fail")
     # A conversation started after it is served, and meanwhile the refused one is not
-    # run again and again: nothing on disk says it failed, so the daemon backs off.
+    # run again and again: its failure is kept where jpfs can write (.jpfs/local).
     start_conversation(daemon, "after-links")
     assert "echo: Say hello." in wait_result(daemon, "after-links")
     assert log.read_text(encoding="utf-8").count("evlink: run starts") <= 3

@@ -61,7 +61,12 @@ def ls(
 
     ws = state.ws()
     under = subtree(ws, root, root_id)
-    items = tree.listing(ws.conv_root, under, include_hidden=hidden, cache_dir=ws.local_dir)
+    left_out: list[str] = []
+    items = tree.listing(
+        ws.conv_root, under, include_hidden=hidden, cache_dir=ws.local_dir, left_out=left_out
+    )
+    for rel in left_out:
+        note(f"jpfs: note: {tree.left_out_note(rel)}")
     if fmt == "json":
         out_json([i.to_json() for i in items])
         return
@@ -244,7 +249,7 @@ def show(
 
     With --format json: the details (of ID, or of the active conversation) as one object.
     """
-    from jpfs.core import tree
+    from jpfs.core import failures, tree
     from jpfs.core.conversation import Conversation
 
     ws = state.ws()
@@ -254,9 +259,14 @@ def show(
         return
     conv = Conversation(ws.conv_root, target)
     details = tree.info(conv).to_json()
-    # Why a failed one failed (a budget spent, a provider that gave up): its error event.
-    last = conv.last_event() if details["status"] == "failed" else None
-    details["error"] = last.body.strip() if last is not None and last.role == "error" else None
+    # Why a failed one failed (a budget spent, a provider that gave up): its error event,
+    # or, where its files refused that, the failure kept here (jpfs.core.failures).
+    kept = failures.of(ws.local_dir, conv)
+    if kept is not None:
+        details["status"], details["error"] = "failed", kept.shown
+    else:
+        last = conv.last_event() if details["status"] == "failed" else None
+        details["error"] = last.body.strip() if last is not None and last.role == "error" else None
     # What it spent: its own model calls, and with all its descendants' (jpfs.core.usage).
     details["usage"] = ws.spending.of(target).to_json()
     details["subtree_usage"] = ws.spending.subtree(target).to_json()

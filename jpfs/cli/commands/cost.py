@@ -30,6 +30,7 @@ def cost(
 ) -> None:
     """Tokens and dollars spent by model calls (the whole record without ID): the four
     usage counts and cost_usd per conversation or per model, and their total."""
+    from jpfs.core.tree import left_out_note
     from jpfs.core.usage import dollars
     from jpfs.services.views import costs
 
@@ -58,3 +59,5 @@ def cost(
         note(result.total.to_json()["cost_note"])
     if result.skipped:
         note(f"{len(result.skipped)} call(s) without a time left out of the range")
+    for rel in result.left_out:
+        note(f"jpfs: note: {left_out_note(rel)}")

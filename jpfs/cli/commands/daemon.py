@@ -114,6 +114,12 @@ def render(data: dict[str, Any]) -> str:
         lines.append(f"policy: {path}: {why} (the last good copy stands in)")
     if data.get("config_error"):
         lines.append(f"config error: {data['config_error']} (the daemon runs with what it read)")
+    for kept in data.get("unrecorded") or []:
+        lines.append(
+            f"failed: {kept['conversation']}: {kept['message'].splitlines()[0]} (not written"
+            f" into the conversation: {kept['why']}; mend it, then `jpfs retry"
+            f" {kept['conversation']}`)"
+        )
     err = data.get("last_error")
     lines.append(f"last error: {err['time']} {err['message']}" if err else "last error: none")
     return "\n".join(lines)

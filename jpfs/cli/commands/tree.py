@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jpfs.cli import keys
-from jpfs.cli.context import out, out_json, state, table
+from jpfs.cli.context import note, out, out_json, state, table
 from jpfs.cli.options import Format, RootId, subtree
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ def show(
     count: int,
     include_hidden: bool,
 ) -> None:
+    from jpfs.core.tree import left_out_note
     from jpfs.services.views.status_view import TreeView, daemon_line
 
     ws = state.ws()
@@ -75,6 +76,9 @@ def show(
     with keys.keys() as wait_key:
         while True:
             rows = view.rows(under, include_hidden=include_hidden)
+            if frames == 0:  # said once, not at every refresh
+                for rel in view.left_out:
+                    note(f"jpfs: note: {left_out_note(rel)}")
             if fmt == "json":
                 out_json([r.to_json() for r in rows])
             else:

@@ -12,16 +12,18 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import frontmatter, ids, locks, record, secrets, transcript, tree
-from jpfs.core.conversation import QUESTIONS, RESULT, TASK, Conversation, create, now
+from jpfs.core import frontmatter, ids, record, transcript, tree
+from jpfs.core.conversation import QUESTIONS, RESULT, TASK, Conversation, now
 from jpfs.core.eventlog import check_last
-from jpfs.core.profiles import apply_overrides
 from jpfs.core.scope import resolve
 from jpfs.core.state import State
 from jpfs.core.workspace import Workspace
-from jpfs.errors import ConfigError, NotFoundError, ProfileError, StateError
-from jpfs.infra import git
-from jpfs.services.forks import branches
+from jpfs.errors import ConfigError, NotFoundError, StateError
+from jpfs.services.conversations import creation
+from jpfs.services.conversations.creation import agent_config as agent_config
+from jpfs.services.conversations.creation import head_commit as head_commit
+from jpfs.services.conversations.creation import require_allowed as require_allowed
+from jpfs.services.conversations.creation import title_of as title_of
 from jpfs.services.workspace import policy
 
 if TYPE_CHECKING:
@@ -37,65 +39,6 @@ def parse_duration(text: str) -> dt.timedelta:
     if not m:
         raise ConfigError(f"bad duration {text!r}: use a number and s, m, h, d or w (e.g. 30m)")
     return dt.timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
-
-
-_HEADING = re.compile(r"^\s*#*\s*")
-
-
-def title_of(task: str | None) -> str:
-    """A conversation's default title: the first non-empty line of its task (no ``#``s),
-    at most 80 characters, so listings say what each sub-conversation is about."""
-    for line in (task or "").splitlines():
-        text = _HEADING.sub("", line).strip()
-        if text:
-            return text[:80]
-    return ""
-
-
-def head_commit(ws: Workspace) -> str | None:
-    proc = git.run(ws.root, ["rev-parse", "--verify", "-q", "HEAD"], check=False)
-    return proc.stdout.strip() or None
-
-
-def agent_config(
-    ws: Workspace, agent: str, overrides: Sequence[str] = (), onboarding: bool | None = None
-) -> dict[str, Any]:
-    config = apply_overrides(policy.load_profile(ws, agent, trusted=False), overrides)
-    if onboarding is not None:
-        config["onboarding"]["enabled"] = onboarding
-    return config
-
-
-def require_allowed(
-    ws: Workspace, agent: str, parent: str | None = None, *, hint: str | None = None
-) -> None:
-    """Refuse ``agent`` where the user may not start it: at the top level (the CLI, the
-    library, a hand-written task.md) it must be in ``agents.allowed``; below ``parent``,
-    in ``agents.allowed`` or in the agents ``parent``'s profile may call. Every path
-    that gives a conversation an agent from a profile for the user asks here (a calling
-    agent's tool checks its own list: jp_query, MCP), so that a profile shipped off
-    (the example ``openai`` researchers) stays off until the user names it."""
-    allowed = [str(a) for a in ws.config["agents.allowed"]]
-    if agent in allowed:
-        return
-    if parent is None:
-        where = "agents.allowed"
-        listed = ", ".join(f'"{a}"' for a in [*allowed, agent])
-        hint = hint or f"to run it, `jpfs config set agents.allowed '[{listed}]'`"
-    else:
-        called = Conversation(ws.conv_root, parent).config.get("tools", {}).get("agents", [])
-        if agent in [str(a) for a in called]:
-            return
-        allowed += [str(a) for a in called if str(a) not in allowed]
-        where = f"agents.allowed or the agents {parent!r} may call"
-        hint = hint or (
-            f"name one of those, or add it to agents.allowed or to [tools] agents in the"
-            f" profile of {parent!r}"
-        )
-    suffix = f": {hint}" if hint else ""
-    raise ProfileError(
-        f"agent {agent!r} is not in {where} ({', '.join(allowed) or 'none'}){suffix}"
-    )
 
 
 def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
@@ -142,50 +85,38 @@ def new_conversation(
     commit: bool = True,
     author: Identity | None = None,
     scoped: bool = False,
+    locked: bool = False,
 ) -> Conversation:
-    """Create a conversation (optionally with its task) and commit it.
+    """Create a conversation (optionally with its task) and commit it
+    (:func:`jpfs.services.conversations.creation.create`, every rule applied).
 
     ``author`` is who wrote the task: the user (None) or a calling agent. ``scoped``:
     made for a caller confined to a subtree (``--root-id``, a seed's tool script), whose
-    tool checked the profile against its own list.
+    tool checked the profile against its own list. ``locked``: the caller holds the
+    conversation's lock.
     """
-    if commit:
-        ws.ensure_record()  # refuse (old layout, SHA-256) before writing anything
     if parent is not None:
         parent = resolve(ws.conv_root, parent)
     full_id = ids.join(parent, conv_id or ids.generate()) if conv_id or parent else ids.generate()
-    agent = agent or str(ws.config["conversations.default_agent"])
-    made_here = config is None
-    if config is None:
-        if author is None and not scoped:
-            # The user's: checked here. A calling agent's child was checked against the
-            # caller's own rights where it acts (jp_query, MCP, a tool script's enum),
-            # which are not always the parent's profile (an MCP client under --root-id
-            # has its own list).
-            require_allowed(ws, agent, ids.parent(full_id))
-        config = agent_config(ws, agent, overrides, onboarding)
-    fields = {"base": head_commit(ws), **branches.plan(ws, full_id, config), **(extra or {})}
-    conv = create(
-        ws.conv_root,
-        full_id,
-        agent=agent,
-        title=title,
-        hidden=hidden,
-        expires=now() + tmp if tmp else None,
-        config=config,
-        extra=fields,
+    actor = creation.USER if author is None and not scoped else creation.agent_actor(author)
+    conv = creation.create(
+        ws,
+        creation.Spec(
+            full_id,
+            agent or str(ws.config["conversations.default_agent"]),
+            actor,
+            title=title,
+            task=task,
+            config=config,
+            overrides=overrides,
+            onboarding=onboarding,
+            hidden=hidden,
+            expires=now() + tmp if tmp else None,
+            extra=extra or {},
+            locked=locked,
+            commit=commit,
+        ),
     )
-    if made_here:
-        policy.adopted(ws, conv, agent)
-    if "branch" in fields:
-        branches.ensure_worktree(ws, branches.require_fork(ws, conv.id))
-    event = "new"
-    if task is not None:
-        task = secrets.redact(task)[0]  # from a caller's words: the record is shared
-        conv.write(TASK, task if task.endswith("\n") else task + "\n")
-        event = "task"
-    if commit:
-        record.commit(ws, conv.id, event, agent=agent, author=author)
     if activate:
         set_active(ws, conv.id)
     return conv
@@ -254,22 +185,8 @@ def fork_conversation(
     src = Conversation(ws.conv_root, source)
     meta = src.meta()
     seq = src.event_names()[-1][0] if src.event_names() else 0
-    child_id = ids.join(source, ids.generate())
-    fields = {"base": head_commit(ws), **branches.plan(ws, child_id, src.config)}
-    # Held until the fork is committed: no daemon may run a half-copied child, and its
-    # events have one writer at a time (Conversation.exclusive).
-    with locks.conversation_lock(ws.local_dir, child_id):
-        child = create(
-            ws.conv_root,
-            child_id,
-            agent=str(meta.get("agent", "")),
-            title=title if title is not None else str(meta.get("title", "")),
-            hidden=hidden,
-            config=src.config,
-            extra={**fields, "forked_from": f"{source}@{seq}"},
-        )
-        if "branch" in fields:
-            branches.ensure_worktree(ws, branches.require_fork(ws, child.id))
+
+    def fill(child: Conversation) -> None:
         if last != 0:
             # Renumbered from 1 so the child's transcript is self-contained.
             copied = transcript.copy_for_fork(src.events(), child.events_dir, last)
@@ -285,8 +202,24 @@ def fork_conversation(
             result = frontmatter.render({"event": final.seq, "created": now(), "success": True},
                                         final.body)  # fmt: skip
             child.write(RESULT, result)
-        record.commit(ws, child.id, "fork", agent=str(meta.get("agent", "")), note=f"from {source}")
-    return child
+
+    # Its events have one writer at a time (Conversation.exclusive): the lock is held
+    # until the fork is committed.
+    return creation.create(
+        ws,
+        creation.Spec(
+            ids.join(source, ids.generate()),
+            str(meta.get("agent", "")),
+            creation.COPY,
+            title=title if title is not None else str(meta.get("title", "")),
+            config=src.config,
+            hidden=hidden,
+            extra={"forked_from": f"{source}@{seq}"},
+            event="fork",
+            note=f"from {source}",
+            fill=fill,
+        ),
+    )
 
 
 def children(ws: Workspace, conv_id: str) -> list[str]:

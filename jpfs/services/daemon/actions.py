@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from jpfs.core import frontmatter, record, tree
+from jpfs.core import failures, frontmatter, record, tree
 from jpfs.core.conversation import ANSWERS, INBOX, QUESTIONS, Conversation
 from jpfs.core.state import AGENT_ACTS, ROUND_RE, State, derive, has_content, split_rounds
 from jpfs.core.workspace import Workspace
@@ -49,6 +49,9 @@ def needs(ws: Workspace, conv: Conversation) -> Verdict:
     """
     if not conv.exists():
         return Verdict(Need.NOTHING)
+    kept = failures.of(ws.local_dir, conv)
+    if kept is not None:  # failed, though its files could not say so: nothing to run
+        return Verdict(Need.NOTHING, State.FAILED)
     try:
         meta = conv.meta()
         if "config" not in meta:
@@ -102,6 +105,8 @@ def record_failure(ws: Workspace, conv: Conversation, message: str) -> bool:
     """Write an error event (and status failed when the record is readable), once.
 
     Returns False when the same error is already the last event (a rescan, a restart).
+    Once written, a failure kept on this machine for want of it (:mod:`jpfs.core.failures`)
+    is over.
     """
     message = message.strip() or "error"
     names = conv.event_names()
@@ -111,12 +116,14 @@ def record_failure(ws: Workspace, conv: Conversation, message: str) -> bool:
         except (FormatError, OSError):
             body = ""
         if body.strip() == message:
+            failures.clear(ws.local_dir, conv.id)
             return False
     conv.append_event("error", message + "\n")
     try:
         conv.update(status="failed")
     except FormatError:
         pass  # conversation.toml itself is what is broken; the error event says so
+    failures.clear(ws.local_dir, conv.id)  # the files say it now
     record.commit(ws, conv.id, "error", note=message.splitlines()[0][:80])
     return True
 

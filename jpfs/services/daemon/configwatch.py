@@ -7,7 +7,12 @@ that would silently replace the user's. A broken file is reported and the previo
 configuration kept, so one typo never stops the daemon; a file missing on the branch
 now checked out is not a new policy either (the last good copy stands in,
 :func:`jpfs.core.workspace.policy_config`). Keys the daemon cannot change under itself
-wait for the next start. Profiles and trust need nothing here: they are read per run.
+wait for the next start. Once a good file is taken up, a config error status showed is
+over (``on_mended``).
+
+Profiles and trust are read per run, but what ``daemon status`` says of them must not
+wait for a run: :class:`NotesWatch` checks a profile's note again as soon as that
+profile or the trust file changes (a mended profile's note goes within a second).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from pathlib import Path
 
 from jpfs.core import config as config_mod
 from jpfs.core.workspace import JPFS_DIR, Workspace, policy_config
-from jpfs.errors import ConfigError
+from jpfs.errors import ConfigError, JpfsError
 from jpfs.services.conversations import runs
+from jpfs.services.conversations.runs import Stamp
+from jpfs.services.workspace import policy, trust
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -36,13 +43,22 @@ RESTART_KEYS = (
     "sync.machine",
 )
 SHOWN = f"{JPFS_DIR}/{config_mod.CONFIG_FILE}"
+KEPT = "(the previous configuration stays in force)"  # a broken file's error ends so
+AGENTS = f"{JPFS_DIR}/agents/"  # the notes of profiles (jpfs.services.workspace.policy)
 
 
 class ConfigWatch:
-    def __init__(self, ws: Workspace, cfg: Sequence[str], on_error: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        ws: Workspace,
+        cfg: Sequence[str],
+        on_error: Callable[[str], None],
+        on_mended: Callable[[], None] = lambda: None,
+    ) -> None:
         self.ws = ws
         self.cfg = tuple(cfg)  # the --cfg layers the daemon was started with, kept
         self.on_error = on_error
+        self.on_mended = on_mended
         self._stamp = runs.file_stamp(self.file)
         # (stamp, since when) of a change not yet taken up
         self._seen: tuple[tuple[int, int, int] | None, float] | None = None
@@ -71,13 +87,14 @@ class ConfigWatch:
             fresh = config_mod.load(where, self.cfg, file_values=values)
         except ConfigError as exc:
             log.error("config not reloaded, the previous one stays in force: %s", exc)
-            self.on_error(f"config: {exc} (the previous configuration stays in force)")
+            self.on_error(f"config: {exc} {KEPT}")
             return None
         if SHOWN in notes:
             self.ws.notes[SHOWN] = notes[SHOWN]
             log.warning("%s: %s; the previous configuration stays in force", SHOWN, notes[SHOWN])
             return None
         self.ws.notes.pop(SHOWN, None)
+        self.on_mended()
         current = self.ws.config
         changed = sorted(k for k, v in fresh.values.items() if current.values.get(k) != v)
         later = [k for k in changed if k in RESTART_KEYS]
@@ -91,3 +108,30 @@ class ConfigWatch:
             log.warning("%s change(s) at the next daemon start", ", ".join(later))
             self.on_error(f"config: {', '.join(later)} change(s) at the next daemon start")
         return now_keys
+
+
+class NotesWatch:
+    """Checks each profile note of ``ws.notes`` again when its file or the trust file
+    changes (a stat per note on each pass of the daemon's loop; most passes, none)."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self._stamps: dict[str, tuple[Stamp | None, Stamp | None]] = {}
+
+    def poll(self) -> None:
+        trusted = runs.file_stamp(self.ws.local_dir / trust.TRUST_FILE)
+        noted = [k for k in list(self.ws.notes) if k.startswith(AGENTS)]
+        for key in noted:
+            stamp = (runs.file_stamp(self.ws.root / key), trusted)
+            if self._stamps.get(key) == stamp:
+                continue
+            self._stamps[key] = stamp
+            try:
+                # As a run would take it: a good profile ends its note (and is kept).
+                policy.load_profile(self.ws, key.removeprefix(AGENTS).removesuffix(".toml"))
+            except (OSError, JpfsError):
+                continue  # not good yet: its note says why, as load_profile left it
+            if key not in self.ws.notes:
+                log.info("%s: good again; its note is over", key)
+        for key in set(self._stamps) - set(noted):
+            del self._stamps[key]

@@ -37,14 +37,15 @@ from jpfs.errors import (
     RepositoryFault,
 )
 from jpfs.infra.providers.base import Provider
-from jpfs.services.daemon import actions, process, queryserver, recovery
+from jpfs.services.daemon import actions, configwatch, process, queryserver, recovery
 from jpfs.services.daemon.actions import DaemonRunner, Need
-from jpfs.services.daemon.configwatch import ConfigWatch
+from jpfs.services.daemon.configwatch import ConfigWatch, NotesWatch
 from jpfs.services.daemon.lasterror import LastError
 from jpfs.services.daemon.pool import Job, Pool
 from jpfs.services.daemon.reconciler import Reconciler
 from jpfs.services.daemon.shared import SharedRecord
 from jpfs.services.daemon.statuswriter import StatusWriter
+from jpfs.services.daemon.unrecorded import Unrecorded
 from jpfs.services.daemon.watcher import watch
 from jpfs.services.run.app import App, default
 from jpfs.services.workspace import policy
@@ -53,8 +54,9 @@ log = logging.getLogger("jpfs.services.daemon")
 
 # How long a run's jp_query waits for a child that another run holds.
 CHILD_LOCK_WAIT = 600.0
-# A run stopped by a repository fault is tried again after 1, 2, 4 ... seconds, at most
-# this many: soon after the user frees the disk, without spinning while it stays full.
+# A run stopped by a repository fault (or a failure written but not committed) is tried
+# again after 1, 2, 4 ... seconds, at most this many: soon after the user frees the disk,
+# without spinning while it stays full.
 FAULT_RETRY_MAX = 60.0
 
 
@@ -65,7 +67,10 @@ class Daemon:
         self.app = dataclasses.replace(app or default(), starter=self.start_in_pool)
         self.cfg = tuple(cfg)  # the --cfg layers it was started with, kept on a reload
         self.errors = LastError()
-        self.config_watch = ConfigWatch(ws, self.cfg, self.errors.record)
+        self.config_watch = ConfigWatch(
+            ws, self.cfg, self.errors.record, lambda: self.errors.clear_ending(configwatch.KEPT)
+        )
+        self.notes_watch = NotesWatch(ws)  # status's notes of profiles, checked on change
         self.files = process.Files.of(ws)
         self.stop = threading.Event()
         self.force = threading.Event()
@@ -73,8 +78,9 @@ class Daemon:
         self.stats = process.Stats()
         self.providers: dict[str, Provider] = {}
         # conversation id -> seconds to wait before the next try after a repository fault
-        # or a failure that could not be recorded
+        # or a failure that could not be committed
         self.fault_backoff: dict[str, float] = {}
+        self.unrecorded = Unrecorded(ws)  # failures its conversation's files refused
         self._retry_after: dict[str, float] = {}
         settings = ws.config
         self.pool = Pool(int(settings["daemon.max_agents"]), self.run_job, self.on_run_done)
@@ -302,10 +308,14 @@ class Daemon:
         log.warning("%s: failed: %s", conv.id, message)
         try:
             actions.record_failure(self.ws, conv, message)
-        except JpfsError as exc:
-            # Nothing on disk says it failed: without a pause it would run, and fail, again.
+        except RepositoryFault as exc:
+            # Written, not committed: its files say it; the commit waits for the repository.
             delay = self._back_off(conv.id)
-            log.error("%s: could not record the failure (again in %g s): %s", conv.id, delay, exc)
+            log.error("%s: could not commit the failure (again in %g s): %s", conv.id, delay, exc)
+        except (JpfsError, OSError) as exc:
+            # Its own files refuse it: kept where jpfs can write, so that every view shows
+            # it failed and it is not run, and failed, again and again.
+            self.unrecorded.keep(conv, message, exc)
 
     def postpone(self, conv: Conversation, exc: RepositoryFault) -> None:
         """The repository failed under the run: the conversation is not at fault, so no
@@ -337,6 +347,8 @@ class Daemon:
             self.reconciler.debounce = float(current["daemon.debounce"])
             self.reconciler.settle = float(current["daemon.settle"])
             self.reconciler.scan_interval = float(current["daemon.scan_interval"])
+        self.notes_watch.poll()
+        self.unrecorded.tick()
         self.write_status()
 
     def write_status(self, force: bool = False) -> None:

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any, Protocol
 
+from jpfs.core import failures
 from jpfs.core.workspace import Workspace
 from jpfs.services.daemon import process
 from jpfs.services.daemon.lasterror import LastError
@@ -83,7 +84,12 @@ class StatusWriter:
             "scans": daemon.reconciler.scans,
             "last_scan_s": round(daemon.reconciler.last_scan_seconds, 3),
             "conversations": len(daemon.reconciler.seen),
-            "last_error": daemon.errors.shown(daemon.ws.conv_root),
+            "last_error": daemon.errors.shown(daemon.ws.conv_root, daemon.ws.local_dir),
+            # Failed, though their own files refused the error (jpfs.core.failures).
+            "unrecorded": [
+                f.to_json()
+                for f in failures.every(daemon.ws.local_dir, daemon.ws.conv_root).values()
+            ],
             # What of .jpfs/ the last good copy stands in for (jpfs.services.workspace.policy).
             "policy": dict(sorted(daemon.ws.notes.items())),
         }

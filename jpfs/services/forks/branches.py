@@ -299,10 +299,11 @@ def ensure_worktree(ws: Workspace, fork: Fork) -> Path:
 def adopt(ws: Workspace, conv: Conversation) -> Fork | None:
     """Give a branch-profile conversation created without its fork its branch now.
 
-    Conversations are created in several places (``new_conversation`` forks at once; a
-    daemon adopting a hand-written task.md, ``fork`` and batch-onboarding children do
-    not), so the runtime calls this before the first tool runs: the branch then forks
-    from the parent's workspace as it is at that moment.
+    Every conversation jpfs creates gets its branch at once
+    (:mod:`jpfs.services.conversations.creation`); one a person started with a
+    hand-written task.md, adopted by the daemon, does not, so the runtime calls this
+    before the first tool runs: the branch then forks from the parent's workspace as it
+    is at that moment.
     """
     fields = plan(ws, conv.id, conv.config)
     if "branch" not in fields:

@@ -17,17 +17,15 @@ descendants; every id goes through :func:`jpfs.core.scope.resolve`.
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jpfs.core import frontmatter, ids, locks, record, scope, secrets, transcript, tree
-from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, create, now
+from jpfs.core import failures, frontmatter, ids, record, scope, secrets, transcript, tree
+from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, Conversation, now
 from jpfs.core.scope import TASK
 from jpfs.core.state import State
 from jpfs.errors import LimitError, ScopeError, StateError
-from jpfs.services.conversations import budgets, inputs, mail, runs
-from jpfs.services.conversations.lifecycle import head_commit
+from jpfs.services.conversations import budgets, creation, inputs, mail, runs
 from jpfs.services.run import background
 from jpfs.services.run.app import App, default
 
@@ -83,26 +81,33 @@ def find_child_for_call(conv_root: Path, parent: str, call_id: str) -> str | Non
     return None
 
 
+def _fork_task(src: Conversation, prompt: str | None) -> str | None:
+    """A fork's task.md: with events, its prompt; before any (a template, an onboarding),
+    the source's task and, under it, the prompt as its own task."""
+    if src.event_names():
+        return prompt.rstrip() if prompt else None
+    task = (src.read(TASK) or "").rstrip()
+    if prompt:
+        task = f"{task}\n\n## Your task\n\n{prompt.strip()}" if task else prompt.strip()
+    return task or None
+
+
 def _copy_context(child: Conversation, src: Conversation, prompt: str | None) -> None:
-    prompt = secrets.redact(prompt)[0] if prompt else prompt  # the caller's words, recorded
+    """What a fork copies of ``src`` besides its task: the Q&A before any event, else the
+    events (the user's own words redacted, as every event is written)."""
     events = src.events()
     if not events:
         # Not started yet (a template or onboarding): the task and Q&A are the context.
-        task = (src.read(TASK) or "").rstrip()
         for name in (QUESTIONS, ANSWERS):
-            if src.file(name).exists():
-                shutil.copyfile(src.file(name), child.file(name))
-        if prompt:
-            task = f"{task}\n\n## Your task\n\n{prompt.strip()}" if task else prompt.strip()
-        if task:
-            child.write(TASK, task + "\n")
+            text = src.read(name)
+            if text is not None:
+                child.write(name, secrets.redact(text)[0])  # jpfs writes the copy
         return
     # The fork's own turn (still calling tools) is copied as its text, if it has any.
     seq = transcript.copy_for_fork(events, child.events_dir)
     # The copies' usage is the source's spending, not the child's (jpfs.core.usage).
     child.update(inherited_events=seq)
     if prompt:
-        child.write(TASK, prompt.rstrip() + "\n")
         child.append_event("user", prompt)
     elif tree.state_of(child) is State.FINISHING:
         # A copy of a finished run is idle, like its parent: result.md marks it so.
@@ -124,12 +129,14 @@ def fork(
     detached: bool = False,
     budget_tokens: int | None = None,
     budget_usd: float | None = None,
+    event: str = "fork",
 ) -> str:
     """A child of ``parent`` with its context so far plus ``prompt``, started; its id.
 
     Without a prompt the child is only created (idle when the parent is idle). A
     budget given is the child's subtree's, at most what ``parent`` has left
-    (:func:`jpfs.services.conversations.budgets.for_child`).
+    (:func:`jpfs.services.conversations.budgets.for_child`). ``event``: its first
+    commit's (``task`` for a library call's child, whose caller wrote the task).
     """
     parent = scope.resolve(ws.conv_root, parent)
     if by is not None and parent != by:
@@ -146,26 +153,25 @@ def fork(
     check_limits(ws, src, agent=by is not None, starting=starting)
     config = budgets.for_child(ws, src, src.config, budget_tokens, budget_usd)
     meta = src.meta()
-    agent = str(meta.get("agent", ""))
-    child_id = ids.join(parent, ids.generate())
-    # Held until the fork is committed: no daemon may run a half-copied child.
-    with locks.conversation_lock(ws.local_dir, child_id):
-        child = create(
-            ws.conv_root,
-            child_id,
-            agent=agent,
-            title=(prompt or "").strip().splitlines()[0][:80]
-            if prompt
-            else str(meta.get("title", "")),
+    prompt = secrets.redact(prompt)[0] if prompt else prompt  # the caller's words, recorded
+    seq = src.event_names()[-1][0] if src.event_names() else 0
+    # Made as every conversation is (the lock held until it is committed, the branch
+    # plan, the redaction): jpfs.services.conversations.creation.
+    child = creation.create(
+        ws,
+        creation.Spec(
+            ids.join(parent, ids.generate()),
+            str(meta.get("agent", "")),
+            creation.COPY,
+            title=creation.title_of(prompt) if prompt else str(meta.get("title", "")),
+            task=_fork_task(src, prompt),
             config=config,
-            extra={
-                "base": head_commit(ws),
-                "forked_from": f"{parent}@{src.event_names()[-1][0] if src.event_names() else 0}",
-                "origin_call": call_id or None,
-            },
-        )
-        _copy_context(child, src, prompt)
-        record.commit(ws, child.id, "fork", agent=agent, note=f"from {parent}")
+            extra={"forked_from": f"{parent}@{seq}", "origin_call": call_id or None},
+            event=event,
+            note=f"from {parent}",
+            fill=lambda child: _copy_context(child, src, prompt),
+        ),
+    )
     if starting:
         background.start(ws, child.id, runner=runner, detached=detached)
     return child.id
@@ -218,13 +224,19 @@ def retry(
     conversation that failed before its first event still gets its task). Returns the
     message and whether a run was started here."""
     conv = Conversation(ws.conv_root, conv_id)
-    state = tree.state_of(conv)
+    # A failure its files refused is kept on this machine (jpfs.core.failures): retried
+    # alike, once forgotten (the mail changes its files anyway).
+    kept = failures.of(ws.local_dir, conv)
+    state = State.FAILED if kept is not None else tree.state_of(conv)
     if state is not State.FAILED:
         raise StateError(f"conversation {conv_id!r} is {state}, not failed: nothing to retry")
     if text is None or not text.strip():
-        last = conv.last_event()
+        last = conv.last_event() if kept is None else None
         reason = last.body.strip().splitlines()[0] if last and last.role == "error" else ""
+        reason = kept.message.strip().splitlines()[0] if kept is not None else reason
         text = "The last attempt failed" + (f" ({reason})" if reason else "") + ". Try again."
+    if kept is not None:
+        failures.clear(ws.local_dir, conv.id)
     return send(ws, conv_id, "retry", text, runner=runner, start_run=start_run, detached=detached)
 
 

@@ -87,7 +87,7 @@ def query(
             parent = scope.resolve(ws.conv_root, parent)
         target = ids.join(parent, segment or ids.generate())
         if budget_tokens is not None or budget_usd is not None:
-            # The config is built here, so new_conversation does not check the agent.
+            # Checked before its config is built (and again as it is created).
             name = agent or str(ws.config["conversations.default_agent"])
             if author is None and not scoped:  # a calling agent's tool checked its list
                 lifecycle.require_allowed(ws, name, parent)
@@ -131,6 +131,7 @@ def query(
                 extra=dict(extra or {}),
                 author=author,
                 scoped=scoped,
+                locked=True,
             )
         else:
             conv = Conversation(ws.conv_root, target)

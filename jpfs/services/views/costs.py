@@ -30,6 +30,7 @@ class Report:
     since: dt.datetime | None = None
     until: dt.datetime | None = None
     skipped: list[str] = field(default_factory=list)  # calls with no time, left out of a range
+    left_out: list[str] = field(default_factory=list)  # directories too deep to list
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,7 +58,8 @@ def report(
         raise ConfigError(f"--by {by!r}: choose {' or '.join(GROUPS)}")
     start = parse_since(since) if since else None
     end = parse_since(until) if until else None
-    ids = ([under] if under else []) + list(tree.walk(ws.conv_root, under))
+    left_out: list[str] = []
+    ids = ([under] if under else []) + list(tree.walk(ws.conv_root, under, left_out=left_out))
     sums: dict[str, usage.Spend] = {}
     total = usage.Spend()
     skipped: list[str] = []
@@ -73,4 +75,4 @@ def report(
             sums[key] = sums.get(key, usage.Spend()) + call.spend
             total = total + call.spend
     rows = sorted(sums.items(), key=lambda item: -item[1].tokens if by == "model" else 0)
-    return Report(by, rows, total, start, end, skipped)
+    return Report(by, rows, total, start, end, skipped, left_out)

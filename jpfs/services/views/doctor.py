@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from jpfs.core import profiles, recordbranch
+from jpfs.core import failures, profiles, recordbranch
 from jpfs.core import workspace as workspace_mod
 from jpfs.errors import JpfsError
 from jpfs.infra import git
@@ -31,7 +31,8 @@ class Check:
 
 def examine(start: Path | None, cfg: list[str]) -> list[Check]:
     """Every check, in the order a user fixes things: git, the workspace, its record,
-    the configuration and profiles, trust, the model provider's key, the daemon."""
+    the configuration and profiles, trust, the model provider's key, the daemon, and
+    conversations failed where their own files could not say so."""
     checks = [_git()]
     try:
         ws = workspace_mod.open_workspace(start, cfg)
@@ -46,6 +47,7 @@ def examine(start: Path | None, cfg: list[str]) -> list[Check]:
     checks += _profiles(ws)
     checks.append(_api_key(ws))
     checks.append(_daemon(ws))
+    checks += _unrecorded(ws)
     return checks
 
 
@@ -158,6 +160,16 @@ def _openai_key(default: str, config: Mapping[str, Any]) -> Check:
         "api key", "warn", f"{name} is not set, and the default agent ({default}) needs it",
         f"export {name}=..., or give the profile a base_url (a local server needs no key)",
     )  # fmt: skip
+
+
+def _unrecorded(ws: workspace_mod.Workspace) -> list[Check]:
+    """Conversations failed though their own files refused the error (a link where a
+    directory should be, a full disk): kept on this machine, :mod:`jpfs.core.failures`."""
+    kept = sorted(failures.every(ws.local_dir, ws.conv_root).items())
+    fix = "mend its files, then `jpfs retry {}`"
+    return [
+        Check(f"conversation {c}", "fail", f"failed: {f.shown}", fix.format(c)) for c, f in kept
+    ]
 
 
 def _daemon(ws: workspace_mod.Workspace) -> Check:

@@ -12,6 +12,7 @@ the agents (the daemon, ``jpfs query``, a library call):
     cost      what they cost in USD (None when a model has no price); ``subtree_*``:
               the same summed over the conversation and all its descendants
     last      the question that waits, or the first line of the agent's last reply or error
+              (or of a failure kept on this machine: jpfs.core.failures)
 
 Usage is read through the workspace's :class:`jpfs.core.usage.Book`, which reads only
 new event files on each refresh, so ``top`` stays cheap on long transcripts.
@@ -26,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from jpfs.core import frontmatter, ids, locks, tree
+from jpfs.core import failures, frontmatter, ids, locks, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import AGENT_ACTS, State, derive
 from jpfs.core.summaries import Summaries
@@ -97,6 +98,7 @@ class TreeView:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self._notes: dict[str, str] = {}  # id -> what its daemon run is doing now
+        self.left_out: list[str] = []  # what the last rows() could not list (tree.left_out_note)
 
     def load_notes(self) -> None:
         """What the daemon's runs are doing this moment (``daemon.json``): a model turn,
@@ -189,6 +191,7 @@ class TreeView:
                 cache.put(conv_id, sig, facts)
             found.append((conv_id, facts))
         cache.save()
+        self.left_out = list(cache.left_out)
         # Subtree sums take every descendant, hidden ones too: what they spent was spent.
         # NaN marks a sum with an unpriced call in it (the cost is then unknown).
         sums: dict[str, tuple[int, float]] = {}
@@ -203,9 +206,16 @@ class TreeView:
                 sums[parent] = (t + mine[0], d + mine[1])
         out = []
         hidden: list[str] = []
+        # Failed, though their files could not say so: not cached, as the files are the
+        # same (jpfs.core.failures).
+        kept = failures.every(self.ws.local_dir, self.ws.conv_root)
         for conv_id, facts in found:
             if hidden and any(ids.is_descendant(conv_id, h) for h in hidden):
                 continue
+            if conv_id in kept:
+                here = f"{self.ws.conv_root.joinpath(*conv_id.split('/'))}{os.sep}"
+                last = _fit(kept[conv_id].shown.replace(here, ""))
+                facts = {**facts, "state": "failed", "last": last}
             row = self.row(conv_id, base, facts, sums[conv_id])
             if row.hidden and not include_hidden:
                 hidden.append(conv_id)
