@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean venv clients
+.PHONY: test demo bench lint typecheck clean venv clients sshd
 
 venv: $(STAMP)
 
@@ -34,6 +34,16 @@ $(CLIENTS_STAMP): $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
 	  echo "make: npm not found: the Claude Code client tests will be skipped (install Node.js 20+ to run them)" >&2; \
 	fi
 
+# The SSH tests start OpenSSH's sshd themselves; without it (outside CI) they are skipped,
+# and said so; CI must run them (.ci/run installs it).
+sshd:
+	@if [ ! -x /usr/sbin/sshd ]; then \
+	  if [ -n "$$CI" ]; then \
+	    echo "make: /usr/sbin/sshd is missing, and CI must run the SSH tests (apt-get install openssh-server)" >&2; exit 1; \
+	  fi; \
+	  echo "make: sshd not found: the SSH tests will be skipped (apt-get install openssh-server to run them)" >&2; \
+	fi
+
 lint: $(STAMP)
 	$(BIN)/ruff check jpfs tests bench
 	$(BIN)/ruff format --check jpfs tests bench
@@ -42,7 +52,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck clients
+test: lint typecheck clients sshd
 	$(BIN)/pytest -q -n 2 --timeout=300
 
 # KEEP=1 keeps the demo's repository (under $TMPDIR) to look around in.

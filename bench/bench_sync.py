@@ -2,11 +2,13 @@
 takeover latency, sync lag.
 
 Usage: python bench/bench_sync.py [--quick] [--conversations N [N ...]] [--turn S]
-                                  [--transport git|http|file] [--rounds R]
+                                  [--transport git|http|https|ssh|file] [--rounds R]
 
 Everything is the real runtime path: a bare repository as the remote, served over a
-real network transport on 127.0.0.1 (``git daemon``: ``git://``, the default; or smart
-HTTP: ``git http-backend``; or ``file`` for a local path), one clone per
+real network transport on 127.0.0.1 (``git daemon``: ``git://``, the default; smart
+HTTP: ``git http-backend``, over ``https`` with a self-signed certificate the clients
+trust (``GIT_SSL_CAINFO``); ``ssh``: OpenSSH's ``sshd``, the client key given by
+``core.sshCommand`` as a deploy key is; or ``file`` for a local path), one clone per
 daemon (real ``jpfs daemon start`` processes, ``sync.remote = "origin"``), a writer
 clone without a daemon (its record attached beforehand, as a laptop sharing the record
 has it) that creates the conversations and sends them with ``jpfs sync``, and the real anthropic SDK talking to ``tests/messages_server.py``,
@@ -88,14 +90,31 @@ def jpfs(cwd: Path, *args: str, env: dict[str, str] | None = None) -> bytes:
 
 def serve(base: Path, transport: str, stack: ExitStack) -> str:
     """A bare repository under ``base``, served by ``transport``: its URL."""
-    from tests.gitservers import GitDaemon, SmartHttp
+    from tests.gitservers import GitDaemon, SmartHttp, Sshd
 
     srv = base / "srv"
     srv.mkdir(parents=True)
     git(base, "init", "-q", "--bare", "-b", "main", str(srv / "remote.git"))
     if transport == "file":
         return str(srv / "remote.git")
-    server = GitDaemon(srv) if transport == "git" else SmartHttp(srv)
+    if transport == "ssh":
+        sshd = Sshd(srv, base / "sshd")
+        stack.enter_context(sshd.start(probe="remote.git"))
+        # Every git and jpfs process started from now on reads it as configuration
+        # (GIT_CONFIG_COUNT: command-line scope; the bench's global config is /dev/null).
+        os.environ.update(
+            GIT_CONFIG_COUNT="1",
+            GIT_CONFIG_KEY_0="core.sshCommand",
+            GIT_CONFIG_VALUE_0=sshd.command(),
+        )
+        return sshd.url("remote.git")
+    server: GitDaemon | SmartHttp
+    if transport == "git":
+        server = GitDaemon(srv)
+    else:
+        server = SmartHttp(srv, tls=base / "tls" if transport == "https" else None)
+        if server.ca is not None:
+            os.environ["GIT_SSL_CAINFO"] = str(server.ca)
     stack.enter_context(server.start(probe="remote.git"))
     return server.url("remote.git")
 
@@ -492,7 +511,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )  # fmt: skip
     parser.add_argument("--turn", type=float, default=None, help="model turn, seconds (2)")
     parser.add_argument("--samples", type=int, default=None, help="sync lag samples (30)")
-    parser.add_argument("--transport", choices=("git", "http", "file"), default="git")
+    parser.add_argument(
+        "--transport", choices=("git", "http", "https", "ssh", "file"), default="git"
+    )
     parser.add_argument("--daemons", type=int, default=3, help="most daemons measured (3)")
     parser.add_argument(
         "--rounds", type=int, default=None, help="interleaved rounds per size (3; --quick: 1)"

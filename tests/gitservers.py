@@ -25,6 +25,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -42,14 +43,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_reachable(url: str, timeout: float = _READY_TIMEOUT) -> None:
-    """Until ``git ls-remote url`` answers (the server is up), or fail at the deadline."""
+def wait_reachable(url: str, timeout: float = _READY_TIMEOUT, ca: Path | None = None) -> None:
+    """Until ``git ls-remote url`` answers (the server is up), or fail at the deadline;
+    ``ca``: the certificate an HTTPS server's is checked against."""
     deadline = time.monotonic() + timeout
     tick = threading.Event()
     last = ""
+    env = {**os.environ, **({"GIT_SSL_CAINFO": str(ca)} if ca else {})}
     while time.monotonic() < deadline:
         done = subprocess.run(
-            ["git", "ls-remote", url], capture_output=True, text=True, timeout=timeout
+            ["git", "ls-remote", url], capture_output=True, text=True, timeout=timeout, env=env
         )
         if done.returncode == 0:
             return
@@ -196,27 +199,50 @@ class _GitHttpServer(http.server.ThreadingHTTPServer):
 
 
 class SmartHttp:
-    """``git http-backend`` behind an HTTP server on 127.0.0.1, for the repos under ``root``."""
+    """``git http-backend`` behind an HTTP server on 127.0.0.1, for the repos under ``root``.
 
-    def __init__(self, root: Path) -> None:
+    ``tls``: a directory for a self-signed certificate of 127.0.0.1, made here: served
+    over HTTPS, which clients trust through ``GIT_SSL_CAINFO`` = :attr:`ca` (git's
+    ``http.sslCAInfo``)."""
+
+    def __init__(self, root: Path, tls: Path | None = None) -> None:
         self.root = root
         self.port = free_port()
         self._httpd: _GitHttpServer | None = None
         self._thread: threading.Thread | None = None
+        self.ca: Path | None = None
+        self._tls: ssl.SSLContext | None = None
+        if tls is not None:
+            tls.mkdir(parents=True, exist_ok=True)
+            self.ca, key = tls / "cert.pem", tls / "key.pem"
+            subprocess.run(
+                [
+                    "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(self.ca),
+                ],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self._tls.load_cert_chain(self.ca, key)
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}/{name}"
 
     def start(self, probe: str | None = None) -> SmartHttp:
         httpd = _GitHttpServer(("127.0.0.1", self.port), _CgiHandler)
         httpd.root = self.root
+        if self._tls is not None:
+            httpd.socket = self._tls.wrap_socket(httpd.socket, server_side=True)
         self._httpd = httpd
         self._thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
         self._thread.start()
         if probe is not None:
-            wait_reachable(self.url(probe))
+            wait_reachable(self.url(probe), ca=self.ca)
         return self
 
     def stop(self) -> None:
@@ -361,17 +387,28 @@ class Sshd:
         raise RuntimeError(f"sshd on port {self.port} did not come up: {last}\n{said}")
 
     def stop(self) -> None:
+        """Stop the server and end every connection it serves (a shared connection
+        outlives the listener otherwise: each is a session of its own), checked."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        connections = _children(proc.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
+        for pid in connections:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)  # its session: the connection's processes
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         assert proc.poll() is not None, "sshd did not stop"
+        deadline = time.monotonic() + 10
+        tick = threading.Event()
+        while any(Path(f"/proc/{pid}").exists() for pid in connections):
+            assert time.monotonic() < deadline, f"sshd's connections {connections} did not end"
+            tick.wait(0.02)
 
     pause = stop
 
@@ -385,6 +422,21 @@ class Sshd:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc; none elsewhere)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = entry.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces, so read after the last ")".
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 1 and fields[1] == str(pid):
+            found.append(int(entry.parent.name))
+    return found
 
 
 class Peer:

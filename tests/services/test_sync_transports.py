@@ -1,8 +1,8 @@
 """The shared record over real network transports, and a remote that goes away.
 
-The remote is a bare repository served on 127.0.0.1 by ``git daemon`` (``git://``) or
-by ``git http-backend`` behind an HTTP server (smart HTTP), both started here
-(:mod:`tests.gitservers`). Real daemons on their own clones share the work; every model
+The remote is a bare repository served on 127.0.0.1 by ``git daemon`` (``git://``), by
+``git http-backend`` behind an HTTP server (smart HTTP), or by OpenSSH's ``sshd`` (the
+key given by ``core.sshCommand``), all started here (:mod:`tests.gitservers`). Real daemons on their own clones share the work; every model
 turn is counted at the local Messages API server.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import git, held_leases, wait_until
-from tests.gitservers import GitDaemon, SmartHttp
+from tests.gitservers import GitDaemon, SmartHttp, Sshd
 from tests.messages_server import MessagesServer, last_user_text, text_reply
 from tests.services.test_sync_machines import (
     TASK_RE,
@@ -29,20 +29,29 @@ from tests.services.test_sync_machines import (
     status,
     stop_daemon,
 )
+from tests.services.test_sync_ssh import require_sshd
 
 CONVERSATIONS = 12
 LEASE = 8.0
 
-Server = GitDaemon | SmartHttp
+Server = GitDaemon | SmartHttp | Sshd
 
 
-@pytest.fixture(params=["git", "http"])
+@pytest.fixture(params=["git", "http", "ssh"])
 def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    if request.param == "ssh":
+        require_sshd()
     srv = tmp_path / "srv"
     srv.mkdir()
     git(srv, "init", "-q", "--bare", "-b", "main", "remote.git")
-    server: Server = GitDaemon(srv) if request.param == "git" else SmartHttp(srv)
+    server: Server
+    if request.param == "ssh":
+        server = Sshd(srv, tmp_path / "sshd")
+    else:
+        server = GitDaemon(srv) if request.param == "git" else SmartHttp(srv)
     with server.start(probe="remote.git"):
+        if isinstance(server, Sshd):  # the key as a deploy key is given (protocol/sync.md)
+            git(tmp_path, "config", "--global", "core.sshCommand", server.command())
         yield server
 
 
