@@ -8,6 +8,7 @@ turn is counted at the local Messages API server.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from tests.services.test_sync_machines import (
     status,
     stop_daemon,
 )
-from tests.services.test_sync_ssh import require_sshd
+from tests.services.test_sync_ssh import new_workspace, require_sshd
 
 CONVERSATIONS = 12
 LEASE = 8.0
@@ -201,3 +202,32 @@ def test_sync_relay_false_reaches_a_git_remote_straight(tmp_path: Path) -> None:
             assert "look" not in shown["timings"], shown  # type: ignore[index]
         finally:
             stop_daemon(ws)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("transport", ["git", "http", "https", "file-url", "path"])
+def test_the_first_jpfs_sync_to_an_empty_remote(
+    tmp_path: Path, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every transport from the first sync (issue #49; SSH: tests/services/test_sync_ssh.py)."""
+    srv = tmp_path / "srv"
+    srv.mkdir()
+    git(srv, "init", "-q", "--bare", "-b", "main", "remote.git")
+    with contextlib.ExitStack() as stack:
+        if transport in ("git", "http", "https"):
+            server: Server = (
+                GitDaemon(srv)
+                if transport == "git"
+                else SmartHttp(srv, tls=tmp_path / "tls" if transport == "https" else None)
+            )
+            stack.enter_context(server.start(probe="remote.git"))
+            url = server.url("remote.git")
+            if isinstance(server, SmartHttp) and server.ca is not None:
+                monkeypatch.setenv("GIT_SSL_CAINFO", str(server.ca))  # trusted, as a user's CA
+        else:
+            path = srv / "remote.git"
+            url = path.as_uri() if transport == "file-url" else str(path)
+        ws = new_workspace(tmp_path, url, "ws", project=False)  # the remote stays empty
+        jpfs(ws, "sync")
+        jpfs(ws, "sync")
+    assert git(srv / "remote.git", "rev-parse", "jpfs-record").strip()

@@ -143,4 +143,26 @@ def _sockets_dir(local: Path) -> Path | None:
         own.chmod(0o700)  # ssh refuses nothing here, but the sockets are ours alone
     except OSError:
         return None
+    _sweep(own)
     return own
+
+
+def _sweep(own: Path) -> None:
+    """Remove the emptied directories of processes gone (a killed daemon's: its
+    connections end a minute after, and take their sockets with them)."""
+    for other in own.parent.iterdir():
+        pid = other.name.rpartition("-")[2]
+        if other == own or not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            other.rmdir()  # not empty: a connection still up, swept by a later start
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's: alive
+    return True
