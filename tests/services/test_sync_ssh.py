@@ -9,6 +9,8 @@ tests are skipped, saying what to install; in CI (``CI`` set) they fail instead.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,16 @@ import pytest
 
 from tests.conftest import git, jpfs_subprocess, wait_until
 from tests.gitservers import Sshd, sshd_missing
-from tests.services.test_sync_machines import jpfs, seed_remote, start_daemon, status, stop_daemon
+from tests.messages_server import MessagesServer, text_reply
+from tests.services.test_sync_machines import (
+    assistant_turns,
+    fsck,
+    jpfs,
+    seed_remote,
+    start_daemon,
+    status,
+    stop_daemon,
+)
 
 
 def require_sshd() -> None:
@@ -159,3 +170,60 @@ def test_a_daemon_shares_one_ssh_connection_and_ends_it_at_stop(tmp_path: Path, 
     # Ended at stop: no master left, its socket directory gone.
     wait_until(lambda: not _processes_naming(f"{pid}/%C"), timeout=10, message="no master left")
     assert not list((ws / ".jpfs" / "local").glob("ssh/*/*"))
+
+
+@pytest.mark.timeout(600)
+def test_two_daemons_over_ssh_each_turn_once_across_a_sigkill(
+    tmp_path: Path, sshd: Sshd, api_env: MessagesServer
+) -> None:
+    """The issue's done-when: a fresh remote over SSH (the key in core.sshCommand), two
+    daemons, one SIGKILLed holding a lease mid-turn: the other takes it over, and every
+    turn is in the record once."""
+    gate = threading.Event()
+    first: list[str] = []
+
+    def respond(request: dict[str, object]) -> object:
+        if not first:
+            first.append("asked")
+            gate.wait(120)  # the first turn hangs until its daemon is dead
+        return text_reply("Done.", delay=0.02)
+
+    api_env.responder = respond  # type: ignore[assignment]
+    url = sshd.url("remote.git")
+    seed_remote(tmp_path, lease=4.0, url=url)
+    daemons = []
+    for name in ("d1", "d2"):
+        git(tmp_path, "clone", "-q", url, str(tmp_path / name))
+        daemons.append(tmp_path / name)
+    writer = tmp_path / "writer"
+    git(tmp_path, "clone", "-q", url, str(writer))
+    count = 6
+    try:
+        pid = start_daemon(daemons[0], "key-d1")
+        for number in range(count):
+            conv = writer / "conversations" / f"t-{number:03d}"
+            conv.mkdir(parents=True)
+            (conv / "task.md").write_text(f"# Task {number}\n\nSay hello.\n", encoding="utf-8")
+        jpfs(writer, "sync")
+        wait_until(lambda: first, timeout=120, message="d1's first turn")
+        start_daemon(daemons[1], "key-d2")
+        os.kill(pid, signal.SIGKILL)
+        gate.set()
+
+        def all_done() -> bool:
+            jpfs(writer, "sync")
+            return all(
+                (writer / "conversations" / f"t-{n:03d}" / "result.md").exists()
+                for n in range(count)
+            )
+
+        wait_until(all_done, timeout=300, interval=0.5, message="every conversation to finish")
+        assert int(status(daemons[1])["sync"]["takeovers"]) >= 1  # type: ignore[index]
+    finally:
+        gate.set()
+        for ws in daemons:
+            stop_daemon(ws)
+    jpfs(writer, "sync")
+    for number in range(count):
+        assert assistant_turns(writer, number) == 1, number
+    fsck(sshd.root / "remote.git")
