@@ -7,6 +7,12 @@ recorded. ``stream: true`` requests get a successful completion as server-sent e
 (``data: {chunk}`` lines, the usage chunk when ``stream_options.include_usage`` asks
 for it, then ``data: [DONE]``); errors stay JSON in OpenAI's shape.
 
+As the real servers do, it refuses (400, before any scripted answer, consuming none)
+tool messages that answer no tool call, tool calls left unanswered, and prompts over
+the model's context window (``server.windows``, else :data:`CHAT_WINDOW` tokens by the
+stand-in tokenizer). For models in ``server.count_usage`` the reply's
+``usage.prompt_tokens`` is the computed prompt size.
+
     def test_x(chat_server: ChatServer) -> None:
         chat_server.enqueue(chat_error(429, retry_after=0), chat_text("hi"))
 """
@@ -20,7 +26,10 @@ from typing import Any
 
 import pytest
 
-from tests.messages_server import MessagesServer, RecordedRequest, Response
+from tests import api_chat_rules
+from tests.api_chat_rules import CHAT_WINDOW
+from tests.api_thinking import Refusal
+from tests.messages_server import Finish, MessagesServer, RecordedRequest, Response
 
 JsonDict = dict[str, Any]
 DEFAULT_MODEL = "local-test"
@@ -163,12 +172,45 @@ def chat_text_of(request: JsonDict, role: str) -> str:
     return ""
 
 
+def _counted(response: Response, prompt_tokens: int) -> Response:
+    body = response.body
+    if response.status != 200 or not isinstance(body, dict) or "usage" not in body:
+        return response
+    usage = {**body["usage"], "prompt_tokens": prompt_tokens}
+    usage["total_tokens"] = prompt_tokens + int(usage.get("completion_tokens") or 0)
+    return Response(response.status, {**body, "usage": usage}, response.headers, response.delay)
+
+
 class ChatServer(MessagesServer):
     """Scripted Chat Completions on 127.0.0.1 (a free port); use as a context manager."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Context windows by model (others: CHAT_WINDOW), and the models whose usage
+        # says the prompt's computed size instead of the script's.
+        self.windows: dict[str, int] = {}
+        self.count_usage: set[str] = set()
 
     @property
     def url(self) -> str:
         return super().url + "/v1"
+
+    def _check(self, request: RecordedRequest) -> Refusal | Finish:
+        body = request.json
+        if body is None:
+            return lambda response, number: response
+        model = str(body.get("model"))
+        refused = api_chat_rules.check_chat(body, self.windows.get(model, CHAT_WINDOW))
+        if refused is not None:
+            return refused
+        if model not in self.count_usage:
+            return lambda response, number: response
+        return lambda response, number: _counted(response, api_chat_rules.chat_prompt_tokens(body))
+
+    def _refusal(self, refusal: Refusal) -> Response:
+        error = {"message": refusal.message, "type": refusal.kind, "param": refusal.param,
+                 "code": refusal.code}  # fmt: skip
+        return Response(status=refusal.status, body={"error": error})
 
     def _answer(self, request: RecordedRequest) -> Response:
         if request.path != "/v1/chat/completions":

@@ -25,6 +25,14 @@ forgot to script a reply fails at once with a readable message).
 ``stream: true`` requests get a 400 unless ``server.streaming`` is set (for clients
 that always stream, such as Claude Code): then a scripted message is sent as the
 API's server-sent events (``message_start`` ... ``message_stop``); errors stay JSON.
+
+The server refuses what the API refuses (:mod:`tests.api_rules`: unpaired tool calls,
+bad thinking settings and thinking blocks, too many cache breakpoints, a prompt over
+the model's context window ...) with the API's error texts, before any scripted answer:
+a refusal is recorded but consumes no queued reply and does not call the responder.
+The rules are per model, ``server.models`` (``server.default_rules`` for other names).
+When the model thinks, a scripted reply without a thinking block gets one, and any
+unsigned thinking block (:func:`thinking_block`) is signed as the API would.
 """
 
 from __future__ import annotations
@@ -38,9 +46,29 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import pytest
+
+from tests import api_rules
+from tests.api_rules import (
+    MODELS,
+    Accepted,
+    ModelRules,
+    Refusal,
+    prompt_blocks,
+    redacted_thinking_block,
+    thinking_block,
+    tokens,
+)
+from tests.api_thinking import decorate_reply
+
+__all__ = [
+    "ModelRules",
+    "prompt_blocks",
+    "redacted_thinking_block",
+    "thinking_block",
+]
 
 JsonDict = dict[str, Any]
 
@@ -256,20 +284,27 @@ def sse_events(message: JsonDict) -> bytes:
         kind = block.get("type")
         if kind == "text":
             opening: JsonDict = {"type": "text", "text": ""}
-            delta: JsonDict = {"type": "text_delta", "text": block.get("text", "")}
+            deltas = [{"type": "text_delta", "text": block.get("text", "")}]
         elif kind == "tool_use":
             opening = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        elif kind == "thinking":
+            opening = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": block.get("thinking", "")},
+                      {"type": "signature_delta", "signature": block.get("signature", "")}]  # fmt: skip
+        elif kind == "redacted_thinking":
+            opening, deltas = block, []  # sent whole, as the API does
         else:
             raise ValueError(f"sse_events: cannot stream a {kind!r} block")
         events.append(
             ("content_block_start", {"type": "content_block_start", "index": index,
                                      "content_block": opening})
         )  # fmt: skip
-        events.append(
-            ("content_block_delta", {"type": "content_block_delta", "index": index,
-                                     "delta": delta})
-        )  # fmt: skip
+        for delta in deltas:
+            events.append(
+                ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                         "delta": delta})
+            )  # fmt: skip
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     stop = {"stop_reason": message.get("stop_reason"), "stop_sequence": None}
     events.append(
@@ -383,38 +418,8 @@ def tool_results(request: JsonDict) -> list[JsonDict]:
 # --- prompt caching -------------------------------------------------------------------
 
 
-def _tokens(part: Any) -> int:
-    """A stand-in tokenizer: about four characters of JSON per token."""
-    return len(json.dumps(part, sort_keys=True, separators=(",", ":"))) // 4 + 1
-
-
-def _without_marks(part: Any) -> Any:
-    if isinstance(part, dict):
-        return {k: _without_marks(v) for k, v in part.items() if k != "cache_control"}
-    if isinstance(part, list):
-        return [_without_marks(v) for v in part]
-    return part
-
-
-def prompt_blocks(request: JsonDict) -> list[tuple[Any, bool]]:
-    """The prompt in the order the API caches it (tools, system, messages), one item per
-    block with whether it carries a ``cache_control`` breakpoint."""
-    blocks: list[tuple[Any, bool]] = []
-    for tool in request.get("tools") or []:
-        blocks.append((_without_marks(tool), "cache_control" in tool))
-    system = request.get("system")
-    if isinstance(system, str) and system:
-        blocks.append(({"type": "text", "text": system}, False))
-    elif isinstance(system, list):
-        blocks.extend((_without_marks(b), "cache_control" in b) for b in system)
-    for message in request.get("messages") or []:
-        content = message.get("content")
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        for block in content or []:
-            marked = isinstance(block, dict) and "cache_control" in block
-            blocks.append(({"role": message.get("role"), **_without_marks(block)}, marked))
-    return blocks
+# The stand-in tokenizer (about four characters of JSON per token), by its old name.
+_tokens = tokens
 
 
 class PromptCache:
@@ -516,6 +521,38 @@ class Router:
         return error_reply(
             400, f"messages_server: no route matched (system={system!r}, last user={last!r})"
         )
+
+
+# --- the API's rules ------------------------------------------------------------------
+
+# What the server does to an answer the rules let through (given the request's number).
+Finish = Callable[[Response, int], Response]
+
+
+def _finish(
+    request: JsonDict, rules: ModelRules, checked: Accepted, response: Response, number: int
+) -> Response:
+    """A scripted message as the API sends it: thinking added and signed, the dropped
+    thinking blocks listed, the prompt's size as input usage for ``count_usage`` models."""
+    body = response.body
+    if response.status != 200 or not isinstance(body, dict) or body.get("type") != "message":
+        return response
+    model = str(request.get("model"))
+    body = decorate_reply(
+        request, body, model=model, thinking_on=checked.thinking_on, shown=checked.shown,
+        number=number,
+    )  # fmt: skip
+    if checked.transformations:
+        body["input_transformations"] = checked.transformations
+    if rules.count_usage:
+        usage = body["usage"]
+        cached = int(usage.get("cache_read_input_tokens") or 0)
+        cached += int(usage.get("cache_creation_input_tokens") or 0)
+        usage["input_tokens"] = max(0, checked.prompt_tokens - cached)
+    return Response(
+        response.status, body, response.headers, response.delay, response.content_type,
+        response.chunks, response.gate,
+    )  # fmt: skip
 
 
 # --- the server -----------------------------------------------------------------------
@@ -624,6 +661,9 @@ class MessagesServer:
         self.prompt_cache: PromptCache | None = None
         # Exceptions the responder raised, for tests that want to re-raise them.
         self.errors: list[Exception] = []
+        # What each model accepts (tests add their own); other names get default_rules.
+        self.models: dict[str, ModelRules] = dict(MODELS)
+        self.default_rules = ModelRules()
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self._thread: threading.Thread | None = None
@@ -633,7 +673,7 @@ class MessagesServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def start(self) -> MessagesServer:
+    def start(self) -> Self:
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -651,7 +691,7 @@ class MessagesServer:
             self._thread = None
         self._httpd.server_close()  # joins the handler threads
 
-    def __enter__(self) -> MessagesServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -670,10 +710,33 @@ class MessagesServer:
         with self._lock:
             return len(self._queue)
 
+    def rules(self, model: Any) -> ModelRules:
+        """The rules the server applies to requests for ``model``."""
+        return api_rules.rules_for(self.models, self.default_rules, model)
+
+    def _check(self, request: RecordedRequest) -> Refusal | Finish:
+        """The API's refusal of ``request``, or what to do to its answer."""
+        body = request.json
+        if body is None or request.path.split("?")[0] != "/v1/messages":
+            return lambda response, number: response
+        rules = self.rules(body.get("model"))
+        betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",")]
+        checked = api_rules.check_messages(body, rules, betas)
+        if isinstance(checked, Refusal):
+            return checked
+        return lambda response, number: _finish(body, rules, checked, response, number)
+
+    def _refusal(self, refusal: Refusal) -> Response:
+        return error_reply(refusal.status, refusal.message, error_type=refusal.kind)
+
     def _answer(self, request: RecordedRequest) -> Response:
+        checked = self._check(request)
         with self._lock:
             self._requests.append(request)
+            number = len(self._requests)
             self._lock.notify_all()
+            if isinstance(checked, Refusal):
+                return self._refusal(checked)
             queued = self._queue.popleft() if self._queue else None
         answer: Answer
         stream = request.json is not None and bool(request.json.get("stream"))
@@ -696,6 +759,7 @@ class MessagesServer:
         response = answer if isinstance(answer, Response) else Response(body=answer)
         if self.prompt_cache is not None and request.json is not None:
             response = _with_cache_usage(response, self.prompt_cache.usage(request.json))
+        response = checked(response, number)
         if not (stream and self.streaming):
             return response
         try:
