@@ -48,6 +48,7 @@ SMALLEST = {
         "(a) with 20 conversations",
     ),
     "bench_cost": (["--turns", "3", "--sizes", "10"], "budgets.check before a model call"),
+    "bench_context": (["--quick"], "12 files of 6 KiB, one read a call"),
     "bench_blame": (
         ["--lines", "20", "--conversations", "5", "--commits", "3", "--repeat", "1"],
         "CLI start-up alone",

@@ -256,3 +256,13 @@ def _create_unnamed(path: Path, data: bytes, parents: bool, root: Path | None) -
     finally:
         os.close(fd)
     return True
+
+
+def encodable(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: JSON's ``\\ud800`` decodes to a lone
+    surrogate, which no file can hold (a reply kept byte for byte must be refused)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

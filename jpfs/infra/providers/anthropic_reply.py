@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from jpfs.errors import ProviderError
+from jpfs.infra import textfile
 from jpfs.infra.providers.base import JsonDict, Reply, ToolCall, Usage
 
 if TYPE_CHECKING:
@@ -112,6 +113,8 @@ def reply_from(data: object, status: int) -> Reply:
             text = block.get("text")
             if not isinstance(text, str):
                 raise bad("a text block has no text")
+            if not textfile.encodable(text):
+                raise bad("a text block is not valid Unicode (a lone surrogate)")
             texts.append(text)
         elif kind == "tool_use":
             call_id, name, args = block.get("id"), block.get("name"), block.get("input")
@@ -119,14 +122,15 @@ def reply_from(data: object, status: int) -> Reply:
                 raise bad("a tool_use block lacks id, name or input")
             calls.append(ToolCall(call_id, name, args))
         elif kind == "thinking":
-            if not (
-                isinstance(block.get("thinking"), str) and isinstance(block.get("signature"), str)
-            ):
+            text, signature = block.get("thinking"), block.get("signature")
+            if not (isinstance(text, str) and isinstance(signature, str)):
                 raise bad("a thinking block lacks its thinking or signature")
+            if not (textfile.encodable(text) and textfile.encodable(signature)):
+                raise bad("a thinking block is not valid Unicode (a lone surrogate)")
             thinking.append(block)  # as received: it goes back byte for byte
         elif kind == "redacted_thinking":
-            if not isinstance(block.get("data"), str):
-                raise bad("a redacted_thinking block lacks its data")
+            if not isinstance(block.get("data"), str) or not textfile.encodable(block["data"]):
+                raise bad("a redacted_thinking block lacks its data, or it is not valid Unicode")
             thinking.append(block)
         # Other blocks (server tools) carry nothing jpfs acts on.
     usage = data.get("usage")

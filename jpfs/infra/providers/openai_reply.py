@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from jpfs.errors import ProviderError
+from jpfs.infra import textfile
 from jpfs.infra.providers.anthropic_reply import one_line
 from jpfs.infra.providers.base import JsonDict, Reply, Request, ToolCall, Usage
 
@@ -221,6 +222,9 @@ def reply_from(data: object, status: int) -> Reply:
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         raise bad("the message's content is not text")
+    if content and not textfile.encodable(content):
+        # JSON's "\\ud800" decodes to a lone surrogate, which no file can hold.
+        raise bad("the message's content is not valid Unicode (a lone surrogate)")
     calls = tuple(_tool_call(call, bad) for call in message.get("tool_calls") or [])
     finish = str(choice.get("finish_reason") or "stop")
     return Reply(
