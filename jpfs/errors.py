@@ -32,7 +32,9 @@ in :mod:`jpfs.infra.git.runner`).
     │   └── ContextOverflow   the server refused a prompt for its length; carries the
     │                         sizes it named (the run shrinks its prompt and tries again)
     ├── Cancelled             a run was cancelled (kill, daemon stop, Ctrl-C): not a
-    │                         failure of anyone's; exit 130 at the command line
+    │   │                     failure of anyone's; exit 130 at the command line
+    │   └── Interrupted       a model call cut short by mail asking to interrupt it: the
+    │                         run delivers the mail and calls again (never reaches a user)
     ├── ToolError             a tool call was refused or failed (returned to the model)
     │   └── ToolFailure       it ran and failed; carries its full result (a failed sub-agent)
     ├── DaemonError           daemon start/stop/status problems
@@ -144,6 +146,10 @@ class ContextOverflow(ProviderError):
 
 class Cancelled(JpfsError):
     """The run was cancelled (kill, daemon stop) while a provider or tool worked."""
+
+
+class Interrupted(Cancelled):
+    """A model call cut short by mail that asked to interrupt it (steering)."""
 
     exit_code = 130
 

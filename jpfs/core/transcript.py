@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from jpfs.core import frontmatter, tree
-from jpfs.core.conversation import ANSWERS, QUESTIONS, RESULT, TASK, Conversation, Event
+from jpfs.core.conversation import ANSWERS, INBOX, QUESTIONS, RESULT, TASK, Conversation, Event
 from jpfs.core.eventlog import check_last
 from jpfs.core.messages import thinking_of
+from jpfs.errors import FormatError
 
 
 def _event_header(ev: Event) -> str:
@@ -33,7 +35,35 @@ def _event_header(ev: Event) -> str:
         bits.append(str(ev.meta.get("tool_name", "")))
         if ev.meta.get("is_error"):
             bits.append("error")
+    if ev.role == "user":
+        # What reached a running agent at a model call (steering): mail, or jpfs's note.
+        if ev.meta.get("delivered"):
+            mail = ev.meta.get("mail")
+            bits.append(f"mail delivered {ev.meta['delivered']}")
+            if isinstance(mail, list):
+                bits += [str(m) for m in mail]
+        if ev.meta.get("note"):
+            bits.append(f"jpfs note: {ev.meta['note']}")
     return "### " + " · ".join(b for b in bits if b)
+
+
+def waiting_mail(conv: Conversation) -> list[tuple[str, str, str]]:
+    """Unread mail in ``conv``'s inbox, as (id, from, subject): what waits for its next
+    model call (or its next run)."""
+    box = conv.path / INBOX
+    try:
+        names = sorted(n for n in os.listdir(box) if n.endswith(".md") and not n.startswith("."))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        try:
+            meta, _ = frontmatter.read(box / name, conv.root)
+        except (OSError, FormatError):
+            continue
+        if meta.get("read") is False and meta.get("kind", "message") == "message":
+            out.append((name[:-3], str(meta.get("from", "")), str(meta.get("subject", ""))))
+    return out
 
 
 def _folded_thinking(ev: Event) -> str | None:
@@ -78,6 +108,11 @@ def markdown(conv: Conversation, last: int | None = None) -> str:
     if events:
         out += ["## Events", ""]
         out += [render_event(ev) for ev in events]
+    waiting = waiting_mail(conv)
+    if waiting:
+        out += ["## Mail waiting", ""]
+        out += [f"- {mid} from {sender}: {subject}" for mid, sender, subject in waiting]
+        out.append("")
     elif last is None and (result := conv.read(RESULT)):
         out += ["## Result", "", result.strip(), ""]
     return "\n".join(out).rstrip() + "\n"
@@ -88,6 +123,10 @@ def as_json(conv: Conversation, last: int | None = None) -> dict[str, Any]:
     for name in (TASK, QUESTIONS, ANSWERS):
         data[name.removesuffix(".md")] = conv.read(name)
     data["events"] = [ev.to_json() for ev in conv.events(last=last)]
+    data["mail_waiting"] = [
+        {"id": mid, "from": sender, "subject": subject}
+        for mid, sender, subject in waiting_mail(conv)
+    ]
     return data
 
 

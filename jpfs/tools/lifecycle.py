@@ -87,6 +87,7 @@ def mail_send(ctx: ToolContext, args: JsonDict) -> str:
         in_reply_to=args.get("in_reply_to"),
         parent_only=_parent_only(ctx),
         runner=runner_of(ctx),
+        interrupt=bool(args.get("interrupt", False)),
     )
     return _dump({"message_id": msg.id, "conversation_id": msg.to, "continued": continued})
 
@@ -201,13 +202,18 @@ def build(config: Mapping[str, Any]) -> dict[str, Tool]:
         Tool(
             "mail_send",
             "Send a message. Mail to an idle sub-agent continues it with the message as its"
-            " next input.",
+            " next input; a running one reads it at its next model call.",
             _schema(
                 {
                     "to": {"type": "string", "minLength": 1, "description": to_desc},
                     "body": {"type": "string", "description": "The message (markdown)."},
                     "subject": {"type": "string", "description": "One line (optional)."},
                     "in_reply_to": MSG_ID,
+                    "interrupt": {
+                        "type": "boolean",
+                        "description": "Cut short the sub-agent's model call in flight so it"
+                        " reads this at once (a running tool is never cut short).",
+                    },
                 },
                 ["to", "body"],
             ),

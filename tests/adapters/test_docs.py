@@ -77,6 +77,7 @@ from typing import Any
 
 import pytest
 
+from tests.adapters import docs_steering as steering
 from tests.adapters import docs_thinking as thinking
 from tests.adapters.docblocks import ROOT, Block, blocks
 from tests.conftest import git, wait_until, write_profile
@@ -1788,6 +1789,8 @@ DOCS: list[Entry] = [
     Entry("README.md", "8ca48dd9", "git -C conversations log", readme_record),
     Entry("README.md", "f85d29f7", 'model = "qwen3:8b"', readme_local_model),
     Entry("protocol/agents.md", "272e14c3", 'model = "claude-sonnet-4-6"', agents_profile),
+    Entry("protocol/mail.md", "c3e5f42b", "+++", steering.delivered_event),
+    Entry("protocol/lifecycle.md", "c24e1c92", "[jpfs: this run has spent", steering.wrap_note),
     Entry("protocol/agents.md", "4dc58b01", 'model = "claude-fable-5-1"', thinking.fable_effort),
     Entry(
         "protocol/agents.md", "1a6378a2", 'model = "claude-sonnet-4-6"', thinking.sonnet_adaptive
@@ -1813,7 +1816,7 @@ DOCS: list[Entry] = [
     Entry("protocol/lifecycle.md", "a854791e", "fork(prompt)", lifecycle_diagram),
     Entry("protocol/mail.md", "5901d778", "+++", mail_message),
     Entry("protocol/mail.md", "60e37cc5", "+++", mail_status),
-    Entry("protocol/mail.md", "68dcd9d2", "jpfs mail send", synopsis),
+    Entry("protocol/mail.md", "2a2614bd", "jpfs mail send", synopsis),
     Entry("protocol/mcp.md", "b4a10889", "jpfs [-w REPO] mcp", synopsis),
     Entry("protocol/onboarding.md", "c76c0b27", "# Questions", onboarding_questions),
     Entry("protocol/onboarding.md", "489bde1a", "Refactor the billing", onboarding_brief),

@@ -168,9 +168,11 @@ def test_jp_await_after_mail_send_gathers_the_continued_run(
     child = control.fork(agent_ws, "lead", "do X", start_run=False)
     assert Runner(agent_ws).run(child) is State.IDLE
     control.send(agent_ws, child, "", "do more", sender="lead", start_run=False)
-    assert reports.wait_settled(agent_ws, [child], by="lead", timeout=0.2) == [
-        {"conversation_id": child, "state": "idle", "status": "idle", "pending": True}
-    ]
+    (pending,) = reports.wait_settled(agent_ws, [child], by="lead", timeout=0.2)
+    assert pending == {
+        "conversation_id": child, "state": "idle", "status": "idle", "pending": True,
+        "mail": {"delivered": [], "waiting": [pending["mail"]["waiting"][0]]},
+    }  # fmt: skip
     assert Runner(agent_ws).run(child) is State.IDLE
     (report,) = reports.wait_settled(agent_ws, [child], by="lead", timeout=5)
     assert report["summary"] == "did more" and report["success"] is True

@@ -50,9 +50,18 @@ def send(
     no_start: Annotated[
         bool, typer.Option("--no-start", help="Do not run the recipient here (a daemon will).")
     ] = False,
+    interrupt: Annotated[
+        bool,
+        typer.Option(
+            "--interrupt",
+            help="Cut short the recipient's model call in flight to read this at once"
+            " (a running tool is never cut short).",
+        ),
+    ] = False,
     root_id: RootId = None,
 ) -> None:
-    """Mail a conversation; print the message id. An idle recipient continues with it."""
+    """Mail a conversation; print the message id. An idle recipient continues with it; a
+    running one reads it at its next model call."""
     from jpfs.services.run import control
 
     ws = state.ws()
@@ -61,7 +70,14 @@ def send(
     if not text.strip():
         raise typer.BadParameter("the message body is empty (give BODY or pipe it on stdin)")
     msg, started = control.send(
-        ws, to, subject, text, in_reply_to=reply_to, start_run=not no_start, detached=True
+        ws,
+        to,
+        subject,
+        text,
+        in_reply_to=reply_to,
+        start_run=not no_start,
+        detached=True,
+        interrupt=interrupt,
     )
     out(msg.id)
     note(f"sent to {to}" + ("; it continues in the background" if started else ""))

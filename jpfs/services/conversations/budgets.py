@@ -29,7 +29,7 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.usage import Spend, dollars
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ArgumentError, BudgetError, Cancelled, FormatError, LimitError
-from jpfs.services.conversations import runs
+from jpfs.services.conversations import runs, steering
 
 if TYPE_CHECKING:
     from jpfs.infra.providers.base import Reply
@@ -96,6 +96,28 @@ def check(
                 f" {budget.usd:g} ({spent.text()}); no further model call."
                 + _going_on(budget.holder, conv.id, "budget_usd")
             )
+
+
+def tightest(ws: Workspace, budgets: list[Budget]) -> tuple[float | None, str]:
+    """The largest share spent of any of ``budgets``, and that budget in words."""
+    best: tuple[float | None, str] = (None, "")
+    for budget in budgets:
+        spent = ws.spending.subtree(budget.holder)
+        shares = []
+        if budget.tokens:
+            shares.append(
+                (spent.tokens / budget.tokens,
+                 f"budget_tokens = {budget.tokens:,} of {budget.holder}: {spent.tokens:,} spent")
+            )  # fmt: skip
+        if budget.usd:
+            shares.append(
+                (spent.cost_usd / budget.usd,
+                 f"budget_usd = {budget.usd:g} of {budget.holder}: {dollars(spent.cost_usd)} spent")
+            )  # fmt: skip
+        for share, what in shares:
+            if best[0] is None or share > best[0]:
+                best = (share, what)
+    return best
 
 
 def _going_on(holder: str, conv_id: str, key: str) -> str:
@@ -228,6 +250,26 @@ class RunLimits:
                     raise
         raise BudgetError(
             f"run time spent: max_run_seconds = {limit:g} reached during a model call"
+        )
+
+    def figures(self, conv: Conversation, calls_left: int | None) -> steering.Figures:
+        """Where ``conv``'s run stands, for jpfs's notes to it (steering): the tightest
+        budget over it, its clock, the model calls left."""
+        budgets = self._budgets.get(conv.id)
+        if budgets is None:
+            budgets = applying(self.ws, conv)
+        share, what = tightest(self.ws, budgets)
+        clock = self._clocks.get(conv.id)
+        clock_share = None
+        if clock is not None:
+            deadline, limit = clock
+            clock_share = 1.0 - max(deadline - time.monotonic(), 0.0) / limit
+        return steering.Figures(
+            budget_share=share,
+            budget=what,
+            clock_share=clock_share,
+            clock_limit=clock[1] if clock is not None else 0.0,
+            calls_left=calls_left,
         )
 
     def usage(self, conv: Conversation) -> dict[str, Any]:

@@ -11,6 +11,7 @@
     read = false
     in_reply_to = "m-..."       optional
     event = 12                  status messages only: the child's event they report on
+    interrupt = true            optional: cut short the recipient's model call in flight
     +++
     body (a status message's body is JSON: {"status", "success", "summary"})
 
@@ -66,6 +67,9 @@ class Message:
     event: int | None = None
     # Secrets redacted from it, by kind (jpfs.core.secrets); in the file's front matter.
     redacted: dict[str, int] | None = None
+    # Cut short the recipient's model call in flight, to be read at once
+    # (jpfs.services.conversations.steering); never a tool.
+    interrupt: bool = False
 
     def header(self) -> dict[str, Any]:
         """The front matter as JSON-ready data (``from``, not ``sender``)."""
@@ -82,6 +86,8 @@ class Message:
             out["in_reply_to"] = self.in_reply_to
         if self.event is not None:
             out["event"] = self.event
+        if self.interrupt:
+            out["interrupt"] = True
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -98,6 +104,7 @@ class Message:
             "read": self.read,
             "in_reply_to": self.in_reply_to,
             "event": self.event,
+            "interrupt": True if self.interrupt else None,
         }
         if self.redacted:
             meta["redacted"] = self.redacted
@@ -209,6 +216,7 @@ def _load(ws: Workspace, path: Path) -> Message:
         in_reply_to=str(meta["in_reply_to"]) if meta.get("in_reply_to") else None,
         event=int(event) if isinstance(event, int) else None,
         redacted=_counts(meta.get("redacted")),
+        interrupt=meta.get("interrupt") is True,
     )
 
 
@@ -238,6 +246,7 @@ def send(
     msg_id: str | None = None,
     event: int | None = None,
     parent_only: bool = False,
+    interrupt: bool = False,
 ) -> Message:
     """Deliver a message to ``to``'s inbox and commit it. ``sender=None`` is a human.
 
@@ -264,6 +273,7 @@ def send(
         in_reply_to=in_reply_to,
         event=event,
         redacted=dict(sorted(found.items())) or None,
+        interrupt=interrupt,
     )
     path = message_path(ws, to, msg.id)
     event_name = "status" if kind == "status" else "mail"

@@ -178,10 +178,25 @@ def wait_settled(
     out = []
     for cid in targets:
         if cid in reports:
-            out.append(reports[cid])
+            report = reports[cid]
         else:
             state = tree.state_of(Conversation(ws.conv_root, cid))
-            out.append(
-                {"conversation_id": cid, "state": str(state), "status": str(state), "pending": True}
-            )
+            report = {
+                "conversation_id": cid, "state": str(state), "status": str(state), "pending": True
+            }  # fmt: skip
+        out.append({**report, **mail_from(ws, by, cid)})
     return out
+
+
+def mail_from(ws: Workspace, sender: str, conv_id: str) -> dict[str, Any]:
+    """What became of ``sender``'s mail to ``conv_id``: read by its agent (delivered at a
+    model call, or as its next input) or waiting; nothing when there was none."""
+    sent = [m for m in mail.messages(ws, conv_id) if m.sender == sender and m.kind == "message"]
+    if not sent:
+        return {}
+    return {
+        "mail": {
+            "delivered": [m.id for m in sent if m.read],
+            "waiting": [m.id for m in sent if not m.read],
+        }
+    }

@@ -82,6 +82,13 @@ class Run:
     toml: Path
     cancel: threading.Event
     stamp: Stamp | None
+    # Steering (jpfs.services.conversations.steering): whether mail in ``inbox`` asks to
+    # interrupt; the event of the model call in flight, set on a cancel or an interrupt.
+    inbox: Path | None = None
+    interrupting: Callable[[], bool] | None = None
+    call: threading.Event | None = None
+    inbox_stamp: Stamp | None = None
+    interrupted: bool = False
 
 
 def _key(root: Path, conv_id: str) -> tuple[str, str]:
@@ -169,7 +176,34 @@ class RunTable:
         if run is None:
             return False
         run.cancel.set()
+        if run.call is not None:
+            run.call.set()
         return True
+
+    @contextlib.contextmanager
+    def calling(self, runner: RunContext, conv: Conversation) -> Iterator[threading.Event]:
+        """Around one model call of a run: the event the call stops by, set when the run
+        is cancelled, or when mail asking to interrupt arrives (then
+        :meth:`interrupted` says so). Tools never see it: an interrupt waits for them."""
+        run = self._runs.get(_key(runner.ws.root, conv.id))
+        if run is None:
+            yield runner.cancel
+            return
+        event = threading.Event()
+        run.interrupted = False
+        run.inbox_stamp = None  # looked at afresh: mail that came before the call counts
+        run.call = event
+        if run.cancel.is_set():
+            event.set()
+        try:
+            yield event
+        finally:
+            run.call = None
+
+    def interrupted(self, runner: RunContext, conv: Conversation) -> bool:
+        """Whether the last model call of ``conv``'s run was cut short by mail."""
+        run = self._runs.get(_key(runner.ws.root, conv.id))
+        return run is not None and run.interrupted and not run.cancel.is_set()
 
     def supervise(
         self,
@@ -177,16 +211,19 @@ class RunTable:
         conv: Conversation,
         drive: Callable[[Conversation], State],
         deliver: Callable[[Conversation], bool],
+        interrupting: Callable[[], bool] | None = None,
     ) -> State:
         """Run ``drive`` as a registered, killable run; then ``deliver`` and go on.
 
         After each drive, ``deliver`` turns mail from the conversation's caller that
         arrived meanwhile into its next input (the runtime passes
         :func:`jpfs.services.conversations.inputs.deliver`), so a message sent while the agent was busy is never
-        left behind when it stops; it returns whether there was any.
+        left behind when it stops; it returns whether there was any. ``interrupting``
+        says whether mail in its inbox asks to interrupt a model call in flight.
         """
         key = _key(runner.ws.root, conv.id)
         run = Run(runner, conv.id, conv.toml_path, threading.Event(), file_stamp(conv.toml_path))
+        run.inbox, run.interrupting = conv.path / "inbox", interrupting
         with self._lock:
             outer = self._runs.get(key)
             self._runs[key] = run
@@ -229,10 +266,19 @@ class RunTable:
                     return
             stopping = runner.cancel.is_set()
             for run in mine:
+                call = run.call
                 if run.cancel.is_set():
+                    if call is not None:
+                        call.set()
                     continue
+                if call is not None and not call.is_set() and _interrupts(run):
+                    log.info("%s: mail interrupts its model call", run.conv_id)
+                    run.interrupted = True
+                    call.set()
                 if stopping:
                     run.cancel.set()
+                    if call is not None:
+                        call.set()
                     continue
                 stamp = file_stamp(run.toml)
                 if stamp != run.stamp:
@@ -240,7 +286,21 @@ class RunTable:
                     if status_of(run.toml) == "killed":
                         log.info("%s was killed: cancelling its run", run.conv_id)
                         run.cancel.set()
+                        if call is not None:
+                            call.set()
             (tick if stopping else runner.cancel).wait(POLL)
+
+
+def _interrupts(run: Run) -> bool:
+    """Whether mail asking to interrupt came into ``run``'s inbox (looked at only when
+    the inbox changed since the last look: one stat per tick)."""
+    if run.inbox is None or run.interrupting is None:
+        return False
+    stamp = file_stamp(run.inbox)
+    if stamp == run.inbox_stamp:
+        return False
+    run.inbox_stamp = stamp
+    return run.interrupting()
 
 
 def count_running(local_dir: Path) -> int:

@@ -192,19 +192,30 @@ def send(
     runner: Runner | None = None,
     start_run: bool = True,
     detached: bool = False,
+    interrupt: bool = False,
 ) -> tuple[mail.Message, bool]:
-    """Mail ``to``; mail from its caller starts it when it can take input.
+    """Mail ``to``; mail from its caller starts it when it can take input, and reaches
+    it at its next model call while it runs (``interrupt``: cutting short the call in
+    flight).
 
     Returns the message and whether a run was started.
     """
     msg = mail.send(
-        ws, to, subject, body, sender=sender, in_reply_to=in_reply_to, parent_only=parent_only
+        ws,
+        to,
+        subject,
+        body,
+        sender=sender,
+        in_reply_to=in_reply_to,
+        parent_only=parent_only,
+        interrupt=interrupt,
     )
     if not start_run or not mail.is_caller(msg.sender, msg.to):
         return msg, False
     conv = Conversation(ws.conv_root, msg.to)
     if tree.state_of(conv) not in inputs.TAKES_INPUT or conv.meta().get("mode") == "template":
-        # Busy: whoever runs it delivers the mail when the run stops (runs.supervise).
+        # Busy: its run delivers the mail at its next model call (steering), or when
+        # it stops (runs.supervise).
         return msg, False
     background.start(ws, msg.to, runner=runner, detached=detached)
     return msg, True

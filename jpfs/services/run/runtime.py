@@ -30,13 +30,22 @@ from jpfs.core.workspace import Workspace
 from jpfs.errors import (
     Cancelled,
     FormatError,
+    Interrupted,
     LimitError,
     ProfileError,
     ProviderError,
 )
 from jpfs.infra import providers
 from jpfs.infra.providers.base import Provider, Reply, Request
-from jpfs.services.conversations import budgets, inputs, lifecycle, onboarding, reports
+from jpfs.services.conversations import (
+    budgets,
+    inputs,
+    lifecycle,
+    mail,
+    onboarding,
+    reports,
+    steering,
+)
 from jpfs.services.run import turn
 from jpfs.services.run.app import App, default
 from jpfs.services.run.recording import Recording
@@ -104,12 +113,15 @@ class Runner(Recording):
         # Every model call passes here: budgets and the run's clock are checked once, in
         # one place, whichever step (onboarding or work) makes the call.
         provider = self.provider(conv.config)
-        return self.limits.call(
-            conv,
-            request.model,
-            self.app.runs.cancel_event(self, conv),
-            lambda cancel: provider.complete(request, cancel),
-        )
+        with self.app.runs.calling(self, conv) as cancel:
+            try:
+                return self.limits.call(
+                    conv, request.model, cancel, lambda c: provider.complete(request, c)
+                )
+            except Cancelled as exc:
+                if self.app.runs.interrupted(self, conv):
+                    raise Interrupted(f"the model call of {conv.id} was interrupted") from exc
+                raise
 
     def run_usage(self, conv: Conversation) -> dict[str, Any]:
         """What ``conv``'s subtree spent since its current run began (JSON)."""
@@ -127,7 +139,11 @@ class Runner(Recording):
         # With peers sharing the record, claimed on the remote first (re-entrant).
         with self.app.claims.claimed(self.ws, conv.id), conv.exclusive(), self.limits.running(conv):
             return self.app.runs.supervise(
-                self, conv, self.drive, lambda c: inputs.deliver(self.ws, c)
+                self,
+                conv,
+                self.drive,
+                lambda c: inputs.deliver(self.ws, c),
+                lambda: steering.interrupting(self.ws, conv.id),
             )
 
     def drive(self, conv: Conversation) -> State:
@@ -149,9 +165,9 @@ class Runner(Recording):
                 if state is State.ONBOARDING:
                     onboarding.step(self, conv)
                 elif state is State.RUNNING:
-                    if self.work_step(conv):
+                    limit = int(conv.config.get("limits", {}).get("max_turns", 20))
+                    if self.work_step(conv, calls_left=limit - turns):
                         turns += 1
-                        limit = int(conv.config.get("limits", {}).get("max_turns", 20))
                         if turns > limit and tree.state_of(conv) is State.RUNNING:
                             raise LimitError(f"turn limit reached ({limit} model turns in one run)")
                 elif state is State.FINISHING:
@@ -164,8 +180,9 @@ class Runner(Recording):
                 self.fail(conv, str(exc))
                 return State.FAILED
 
-    def work_step(self, conv: Conversation) -> bool:
-        """One unit of work; returns True when it was a model turn."""
+    def work_step(self, conv: Conversation, calls_left: int | None = None) -> bool:
+        """One unit of work; returns True when it was a model turn. ``calls_left``: model
+        calls this run may still make (limits.max_turns)."""
         events = conv.events()
         if not events:
             brief = onboarding.work_brief(conv)
@@ -178,9 +195,17 @@ class Runner(Recording):
                 conv, [str(c["name"]) for c in pending], [str(c["id"]) for c in pending]
             )
             return False
+        if self.steer(conv, events, calls_left):
+            return False  # the next step makes the call, with what was delivered
         tools = self.tools_for(conv)
         self.note(f"[{conv.id}] model turn ({conv.config.get('model', '')})")
-        sent = turn.call(self.ws, conv, events, tools, lambda request: self.complete(conv, request))
+        try:
+            sent = turn.call(
+                self.ws, conv, events, tools, lambda request: self.complete(conv, request)
+            )
+        except Interrupted:
+            self.note(f"[{conv.id}] model call interrupted by mail")
+            return False  # the next step delivers the mail and calls again
         reply, asked = sent.reply, str(conv.config.get("model", ""))
         model = reply.model or asked
         priced = prices.billed_as(reply.model, asked, self.ws.prices)
@@ -209,6 +234,34 @@ class Runner(Recording):
             priced_as=priced,
         )
         return True
+
+    def steer(self, conv: Conversation, events: list[Any], calls_left: int | None) -> bool:
+        """Before a model call: deliver the caller's mail that arrived since the last one,
+        then jpfs's own notes now due (:mod:`jpfs.services.conversations.steering`), each
+        an event the call's request ends with. True when something was delivered."""
+        made = False
+        pending = mail.pending_input(self.ws, conv.id)
+        done = steering.delivered(events)
+        # Delivered before a crash took the read marks: marked now, never sent again.
+        mail.mark_read(self.ws, conv.id, [m for m in pending if m.id in done])
+        msgs = [m for m in pending if m.id not in done]
+        if msgs:
+            meta = {"delivered": steering.MID_RUN, "mail": [m.id for m in msgs]}
+            self.note(f"[{conv.id}] mail delivered mid-run: {', '.join(m.id for m in msgs)}")
+            # The event first, then the read marks: mail an event names is never
+            # delivered again, whatever a crash left of the marks.
+            self.record_event(
+                conv, "user", steering.as_input(msgs), meta, event="input", note="(mail, mid-run)"
+            )
+            mail.mark_read(self.ws, conv.id, msgs)
+            made = True
+        for due in steering.notes_due(events, self.limits.figures(conv, calls_left)):
+            self.note(f"[{conv.id}] note: {due.kind}")
+            self.record_event(
+                conv, "user", due.text, {"note": due.kind}, event="note", note=due.kind
+            )
+            made = True
+        return made
 
     def admit(self, conv: Conversation) -> None:
         """Refuse a conversation whose ``[config]`` grants more than its profile does
@@ -295,19 +348,31 @@ class Runner(Recording):
         last = conv.last_event()
         seq = last.seq if last is not None else 0
         text = self.final_text(conv)
+        report = text
+        wrapped = steering.wrapped_up(conv.events())
+        if wrapped:
+            # Asked to wrap up before its limit: its answer is a summary of work cut
+            # short, which the caller must not take for the task done.
+            success = False
+            report = f"{text.rstrip()}\n\n(jpfs: {wrapped})"
         meta = {"event": seq, "created": now(), "success": success}
         self.commit_edits(conv)
         if self.on_finish is not None:
-            self.on_finish(self, conv, success, text)
+            self.on_finish(self, conv, success, report)
         # result.md last: it marks the run as reported (state idle).
         conv.write(RESULT, frontmatter.render(meta, text))
         self.commit(conv, "result")
 
     def fail(self, conv: Conversation, message: str) -> None:
         self.note(f"[{conv.id}] failed: {message}")
+        events = conv.events()
+        summary = steering.last_answer(events)
         with self._append_lock:
             conv.append_event("error", message.rstrip() + "\n")
             conv.update(status="failed")
         if self.on_finish is not None:
-            self.on_finish(self, conv, False, message)
+            # A run stopped at a limit after it was asked to wrap up has written what it
+            # did: the caller gets that, and why it stopped.
+            report = f"{summary.rstrip()}\n\n(stopped: {message})" if summary else message
+            self.on_finish(self, conv, False, report)
         self.commit(conv, "error", note=message.splitlines()[0][:80] if message else None)
