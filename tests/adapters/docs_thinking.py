@@ -123,3 +123,17 @@ def _jpfs(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
     assert done.returncode == 0, f"jpfs {' '.join(args)}: {done.stderr}"
     return done
+
+
+def thinking_usage(block: Block, env: HasTmp) -> None:
+    """The usage block is what jpfs records for such a call: its cost at the shipped
+    price of claude-fable-5-1, output tokens (thinking included) at the output price."""
+    import tomllib
+
+    from jpfs.core import prices, usage
+    from jpfs.infra.providers.base import Usage
+
+    shown = tomllib.loads(block.text)["usage"]
+    counts = Usage(**{k: shown[k] for k in Usage().counts()})
+    recorded = usage.record(counts, "claude-fable-5-1", prices.PRICES)
+    assert recorded == shown

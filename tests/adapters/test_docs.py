@@ -1790,6 +1790,7 @@ DOCS: list[Entry] = [
     Entry("README.md", "f85d29f7", 'model = "qwen3:8b"', readme_local_model),
     Entry("protocol/agents.md", "272e14c3", 'model = "claude-sonnet-4-6"', agents_profile),
     Entry("protocol/mail.md", "c3e5f42b", "+++", steering.delivered_event),
+    Entry("protocol/cost.md", "c443871f", "[usage]", thinking.thinking_usage),
     Entry("protocol/lifecycle.md", "c24e1c92", "[jpfs: this run has spent", steering.wrap_note),
     Entry("protocol/agents.md", "4dc58b01", 'model = "claude-fable-5-1"', thinking.fable_effort),
     Entry(

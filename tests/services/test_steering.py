@@ -314,3 +314,49 @@ def git_add_commit(ws: Path) -> None:
 
     git(ws, "add", "-A")
     git(ws, "commit", "-q", "-m", "worker profile")
+
+
+def test_a_message_file_saved_into_the_inbox_by_hand_reaches_the_running_agent(
+    ws: Path, api_env: MessagesServer, daemon_proc: DaemonProc
+) -> None:
+    """The daemon commits the file once it settled; the next model call carries it."""
+    use_worker(ws)
+    api_env.responder = Worker(delay=0.5)
+    daemon_proc.start()
+    write_in_place(ws / "conversations" / "w" / "task.md", "Read it 12 times.\n")
+    api_env.wait_for_requests(2, timeout=30)
+    msg_id = "m-01jh5w7x2kq3v9d8e7f6g5h4j3"
+    write_in_place(
+        ws / "conversations" / "w" / "inbox" / f"{msg_id}.md",
+        f'+++\nid = "{msg_id}"\nfrom = "@human"\nto = "w"\nsubject = "by hand"\n'
+        f'created = 2026-11-28T10:00:00Z\nkind = "message"\nread = false\n+++\n{ORDER}\n',
+    )
+    conv = Conversation(ws / "conversations", "w")
+    wait_until(lambda: conv.read("result.md") is not None, timeout=60, message="the result")
+    assert "stopped as asked" in str(conv.read("result.md"))
+    check_delivered_once(conv, api_env)
+
+
+def test_notes_come_once_a_run_at_their_thresholds(tmp_path: Path) -> None:
+    from jpfs.core.conversation import create
+    from jpfs.services.conversations.steering import Figures, notes_due, wrapped_up
+
+    conv = create(tmp_path, "c", agent="a")
+    conv.append_event("user", "task")
+    calm = Figures(budget_share=0.79, clock_share=0.5, clock_limit=600, calls_left=5)
+    assert notes_due(conv.events(), calm) == []
+    late = Figures(budget_share=0.5, clock_share=0.81, clock_limit=600, calls_left=1)
+    due = notes_due(conv.events(), late)
+    assert [n.kind for n in due] == ["clock", "turns"]
+    assert "used 81% of its time (max_run_seconds = 600)" in due[0].text
+    assert "this is the last model call of this run (limits.max_turns)" in due[1].text
+    for note in due:
+        conv.append_event("user", note.text, {"note": note.kind})
+    assert notes_due(conv.events(), late) == []  # once a run ...
+    assert wrapped_up(conv.events()) == (
+        "asked to wrap up near its time (max_run_seconds) and max_turns"
+    )
+    conv.append_event("assistant", "summary")
+    conv.append_event("user", "new input: a new run")
+    assert [n.kind for n in notes_due(conv.events(), late)] == ["clock", "turns"]  # ... each
+    assert wrapped_up(conv.events()) == ""

@@ -355,13 +355,38 @@ def pending_input(ws: Workspace, conv_id: str) -> list[Message]:
     it, then starts the recipient. Taking one in between would let the sender's commit
     pick up the read mark, splitting "input + read mark" over two commits.
     """
-    unread = [m for m in check(ws, conv_id) if m.kind == "message" and is_caller(m.sender, conv_id)]
-    if not unread:
-        return []
-    paths = [message_path(ws, conv_id, m.id).relative_to(ws.conv_root).as_posix() for m in unread]
+    unread = _from_caller(ws, conv_id)
+    committed = _committed(ws, conv_id, unread)
+    return [m for m in unread if m.id in committed]
+
+
+def take_in(ws: Workspace, conv_id: str) -> list[Message]:
+    """:func:`pending_input` for a run in progress, mail saved into the inbox by hand
+    included: such a message (no sender commits it) is committed first, as its sender's
+    mail. The daemon leaves a running conversation's files to its run, so the run takes
+    them in, before each model call (jpfs.services.conversations.steering)."""
+    unread = _from_caller(ws, conv_id)
+    committed = _committed(ws, conv_id, unread)
+    arrived = [m for m in unread if m.id not in committed]
+    if arrived:
+        _commit(ws, conv_id, "mail", [message_path(ws, conv_id, m.id) for m in arrived], arrived)
+    return unread
+
+
+def _from_caller(ws: Workspace, conv_id: str) -> list[Message]:
+    return [m for m in check(ws, conv_id) if m.kind == "message" and is_caller(m.sender, conv_id)]
+
+
+def _committed(ws: Workspace, conv_id: str, msgs: Sequence[Message]) -> set[str]:
+    """The ids of ``msgs`` whose files the record's tip holds."""
+    if not msgs:
+        return set()
+    paths = {
+        message_path(ws, conv_id, m.id).relative_to(ws.conv_root).as_posix(): m.id for m in msgs
+    }
     listed = git.run(ws.conv_root, ["ls-tree", "--name-only", "HEAD", "--", *paths], check=False)
-    committed = set(listed.stdout.splitlines()) if listed.returncode == 0 else set()
-    return [m for m, path in zip(unread, paths, strict=True) if path in committed]
+    found = set(listed.stdout.splitlines()) if listed.returncode == 0 else set()
+    return {msg_id for path, msg_id in paths.items() if path in found}
 
 
 def as_input(msgs: Sequence[Message]) -> str:

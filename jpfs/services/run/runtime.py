@@ -240,7 +240,11 @@ class Runner(Recording):
         then jpfs's own notes now due (:mod:`jpfs.services.conversations.steering`), each
         an event the call's request ends with. True when something was delivered."""
         made = False
-        pending = mail.pending_input(self.ws, conv.id)
+        try:
+            pending = mail.take_in(self.ws, conv.id)  # a file saved by hand counts too
+        except FormatError as exc:  # a malformed file in its inbox: the run goes on
+            self.note(f"[{conv.id}] mail not read: {exc}")
+            pending = []
         done = steering.delivered(events)
         # Delivered before a crash took the read marks: marked now, never sent again.
         mail.mark_read(self.ws, conv.id, [m for m in pending if m.id in done])
