@@ -181,13 +181,15 @@ class RunTable:
         return True
 
     @contextlib.contextmanager
-    def calling(self, runner: RunContext, conv: Conversation) -> Iterator[threading.Event]:
+    def calling(
+        self, runner: RunContext, conv: Conversation, *, interruptible: bool = True
+    ) -> Iterator[threading.Event]:
         """Around one model call of a run: the event the call stops by, set when the run
-        is cancelled, or when mail asking to interrupt arrives (then
+        is cancelled, or (``interruptible``) when mail asking to interrupt arrives (then
         :meth:`interrupted` says so). Tools never see it: an interrupt waits for them."""
         run = self._runs.get(_key(runner.ws.root, conv.id))
-        if run is None:
-            yield runner.cancel
+        if run is None or not interruptible:
+            yield self.cancel_event(runner, conv)
             return
         event = threading.Event()
         run.interrupted = False

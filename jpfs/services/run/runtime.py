@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jpfs.core import frontmatter, locks, messages, prices, record, tree, usage
-from jpfs.core.conversation import RESULT, Conversation, now
+from jpfs.core.conversation import RESULT, Conversation, Event, now
 from jpfs.core.record import agent_identity
 from jpfs.core.state import State
 from jpfs.core.tool import Tool, ToolContext, call_tool
@@ -113,7 +113,9 @@ class Runner(Recording):
         # Every model call passes here: budgets and the run's clock are checked once, in
         # one place, whichever step (onboarding or work) makes the call.
         provider = self.provider(conv.config)
-        with self.app.runs.calling(self, conv) as cancel:
+        # Only a work turn's call is cut short by mail (onboarding has no place for it).
+        interruptible = request.phase == "work"
+        with self.app.runs.calling(self, conv, interruptible=interruptible) as cancel:
             try:
                 return self.limits.call(
                     conv, request.model, cancel, lambda c: provider.complete(request, c)
@@ -235,7 +237,7 @@ class Runner(Recording):
         )
         return True
 
-    def steer(self, conv: Conversation, events: list[Any], calls_left: int | None) -> bool:
+    def steer(self, conv: Conversation, events: list[Event], calls_left: int | None) -> bool:
         """Before a model call: deliver the caller's mail that arrived since the last one,
         then jpfs's own notes now due (:mod:`jpfs.services.conversations.steering`), each
         an event the call's request ends with. True when something was delivered."""
@@ -369,8 +371,10 @@ class Runner(Recording):
 
     def fail(self, conv: Conversation, message: str) -> None:
         self.note(f"[{conv.id}] failed: {message}")
-        events = conv.events()
-        summary = steering.last_answer(events)
+        try:
+            summary = steering.last_answer(conv.events())
+        except FormatError:  # the failure may be its events' own
+            summary = ""
         with self._append_lock:
             conv.append_event("error", message.rstrip() + "\n")
             conv.update(status="failed")
