@@ -28,6 +28,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +107,10 @@ def is_ssh(url: str) -> bool:
         return scheme in ("ssh", "git+ssh", "ssh+git")
     head, colon, _ = url.partition(":")
     return bool(colon) and "/" not in head and len(head) > 1
+
+
+def any_ssh(urls: Iterable[str]) -> bool:
+    return any(is_ssh(url) for url in urls)
 
 
 def command_for(repo: Path, local: Path, *, share: bool) -> SshCommand:

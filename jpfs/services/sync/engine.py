@@ -78,9 +78,8 @@ class SyncEngine:
         self.relays = relay.for_remote(self.repo, self.remote, direct)
         # The user's SSH command with BatchMode, and for an SSH remote one connection
         # shared by every fetch, push and claim (jpfs.infra.git.ssh).
-        pushes_to = gitremote.push_urls(self.repo, self.remote)
-        share = share and any(ssh.is_ssh(url) for url in (fetched_from, *pushes_to))
-        self.ssh = ssh.command_for(self.repo, ws.local_dir, share=share)
+        urls = (fetched_from, *gitremote.push_urls(self.repo, self.remote))
+        self.ssh = ssh.command_for(self.repo, ws.local_dir, share=share and ssh.any_ssh(urls))
         self.via = (*self.relays.settings, *self.ssh.settings)
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
