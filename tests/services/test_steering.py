@@ -360,3 +360,34 @@ def test_notes_come_once_a_run_at_their_thresholds(tmp_path: Path) -> None:
     conv.append_event("user", "new input: a new run")
     assert [n.kind for n in notes_due(conv.events(), late)] == ["clock", "turns"]  # ... each
     assert wrapped_up(conv.events()) == ""
+
+
+TURNS = """
+model = "claude-test"
+provider = "anthropic"
+[system]
+role = "You are the WORKER."
+[tools]
+allow = ["fs_read_file"]
+[limits]
+max_turns = 4
+"""
+
+
+def test_the_last_call_a_run_may_make_is_told_so_and_its_answer_ends_the_run(
+    ws: Path, api_env: MessagesServer, cli: Callable[..., Result]
+) -> None:
+    write_profile(ws, "worker", TURNS, allowed=True)
+    told: list[int] = []
+
+    def answer(request: JsonDict) -> Answer:
+        if "[jpfs: this is the last model call of this run" in last_user_text(request):
+            told.append(len(tool_results(request)))
+            return text_reply("SUMMARY: read README.md four times")
+        return tool_use_reply(("fs_read_file", {"path": "README.md"}))
+
+    api_env.responder = answer
+    done = cli("query", "--new", "--agent", "worker", "Read it forever.")
+    assert done.code == 0, done.stderr
+    assert told == [4]  # after max_turns calls, before the one more a run may make
+    assert done.stdout.startswith("SUMMARY: read README.md four times")

@@ -168,7 +168,9 @@ class Runner(Recording):
                     onboarding.step(self, conv)
                 elif state is State.RUNNING:
                     limit = int(conv.config.get("limits", {}).get("max_turns", 20))
-                    if self.work_step(conv, calls_left=limit - turns):
+                    # The call after the limit's is made too (its answer may end the
+                    # run); counting it, this many calls are left.
+                    if self.work_step(conv, calls_left=limit + 1 - turns):
                         turns += 1
                         if turns > limit and tree.state_of(conv) is State.RUNNING:
                             raise LimitError(f"turn limit reached ({limit} model turns in one run)")
@@ -184,7 +186,7 @@ class Runner(Recording):
 
     def work_step(self, conv: Conversation, calls_left: int | None = None) -> bool:
         """One unit of work; returns True when it was a model turn. ``calls_left``: model
-        calls this run may still make (limits.max_turns)."""
+        calls this run may still make, the next one included (limits.max_turns)."""
         events = conv.events()
         if not events:
             brief = onboarding.work_brief(conv)
