@@ -131,7 +131,9 @@ def test_what_ssh_cannot_do_without_a_prompt_fails_at_once_saying_what_to_set_up
     assert "hung up" not in proc.stderr, proc.stderr
 
 
-def _processes_naming(text: str) -> list[int]:
+def _masters(daemon: int) -> list[int]:
+    """The shared SSH connections of the daemon ``daemon``: ssh's master names itself by
+    its socket (``ssh: <ControlPath> [mux]``), in a directory named by the daemon's pid."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -139,7 +141,7 @@ def _processes_naming(text: str) -> list[int]:
                 argv = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if text.encode() in argv:
+            if b"[mux]" in argv and f"{daemon}/".encode() in argv:
                 found.append(int(entry.name))
     return found
 
@@ -163,12 +165,11 @@ def test_a_daemon_shares_one_ssh_connection_and_ends_it_at_stop(tmp_path: Path, 
             message="six fetches",
         )
         assert _accepted(sshd) - before <= 2  # one connection (and a spare, if ever)
-        masters = _processes_naming(f"{pid}/%C")  # its ControlPath: a directory per process
-        assert masters, "a shared connection"
+        assert _masters(pid), "a shared connection"
     finally:
         stop_daemon(ws)
     # Ended at stop: no master left, its socket directory gone.
-    wait_until(lambda: not _processes_naming(f"{pid}/%C"), timeout=10, message="no master left")
+    wait_until(lambda: not _masters(pid), timeout=10, message="no master left")
     assert not list((ws / ".jpfs" / "local").glob("ssh/*/*"))
 
 
