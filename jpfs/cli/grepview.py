@@ -27,9 +27,10 @@ def painter(pattern: str, *, regex: bool, ignore_case: bool) -> Painter:
     return lambda text: found.sub(lambda m: f"{_ON}{m.group(0)}{_OFF}" if m.group(0) else "", text)
 
 
-def render(line: Match | Shown, paint: Painter) -> str:
+def render(line: Match | Shown, paint: Painter, short: Callable[[str], str] = str) -> str:
+    """One line of output; ``short`` gives what is shown of its id (short ids)."""
     sep = line.sep if isinstance(line, Shown) else ":"
     if sep == "--":
         return "--"
     text = paint(line.text) if sep == ":" else line.text
-    return f"{line.id}:{line.file}{sep}{line.line}{sep} {text}"
+    return f"{short(line.id)}:{line.file}{sep}{line.line}{sep} {text}"

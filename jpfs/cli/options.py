@@ -15,11 +15,13 @@ subcommand, while click parses each level's options on its own level. So:
   :func:`refuse_unknown`).
 
 What ``--root-id`` does to the ids a command is given is here too, so that every
-command reads it alike: :func:`root_scope`, :func:`scoped`, :func:`subtree`.
+command reads it alike: :func:`root_scope`, :func:`scoped`, :func:`subtree` (each id
+through :func:`resolve`: prefixes, ``@``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -145,11 +147,21 @@ RootId = Annotated[
 
 # What --root-id means, resolved once for every command (the core checks each id
 # against it: jpfs.core.scope.resolve). Given, even as "", it is an id to check.
+# Every id a command is given is read by scope.resolve: prefixes of segments, and `@`
+# for the active conversation (`jpfs c use`), which only a person at the CLI has.
+def resolve(ws: Workspace, conv_id: str, within: str | None = None) -> str:
+    """``conv_id`` as typed (prefixes, ``@``) made canonical, within ``within``."""
+    from jpfs.core import scope
+    from jpfs.services.conversations import lifecycle
+
+    return scope.resolve(
+        ws.conv_root, conv_id, within=within, active=lambda: lifecycle.get_active(ws)
+    )
+
+
 def root_scope(ws: Workspace, root_id: str | None) -> str | None:
     """The subtree --root-id confines a command to, checked; None without one."""
-    from jpfs.core import scope
-
-    return scope.resolve(ws.conv_root, root_id) if root_id is not None else None
+    return resolve(ws, root_id) if root_id is not None else None
 
 
 def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
@@ -159,9 +171,7 @@ def scoped(ws: Workspace, conv_id: str | None, root_id: str | None) -> str:
         from jpfs.services.conversations import lifecycle
 
         conv_id = lifecycle.require_active(ws)
-    from jpfs.core import scope
-
-    return scope.resolve(ws.conv_root, conv_id, within=within)
+    return resolve(ws, conv_id, within)
 
 
 def subtree(ws: Workspace, conv_id: str | None, root_id: str | None) -> str | None:
@@ -169,9 +179,26 @@ def subtree(ws: Workspace, conv_id: str | None, root_id: str | None) -> str | No
     within = root_scope(ws, root_id)
     if conv_id is None or (not conv_id and within is not None):
         return within
-    from jpfs.core import scope
+    return resolve(ws, conv_id, within)
 
-    return scope.resolve(ws.conv_root, conv_id, within=within)
+
+FullIds = Annotated[
+    bool,
+    typer.Option(
+        "--full-ids",
+        help="Show ids whole (text shows each generated segment at its shortest unique"
+        " prefix, 8 characters or more; json always shows them whole).",
+    ),
+]
+
+
+def shortener(ws: Workspace, root_id: str | None, full: bool) -> Callable[[str], str]:
+    """What a text listing shows of each id (jpfs.core.shortids): as unique under
+    --root-id as resolution reads it there, or whole with --full-ids."""
+    from jpfs.core import shortids
+
+    within = root_scope(ws, root_id) if not full else None
+    return shortids.shortener(ws.conv_root, within, full=full)
 
 
 # A new conversation's budget: it and its descendants (jpfs.services.conversations.budgets).

@@ -8,7 +8,16 @@ import typer
 
 from jpfs.cli.context import note, out, out_json, out_table, state
 from jpfs.cli.lazygroup import Commands
-from jpfs.cli.options import Format, RootId, root_scope, scoped, subtree
+from jpfs.cli.options import (
+    Format,
+    FullIds,
+    RootId,
+    resolve,
+    root_scope,
+    scoped,
+    shortener,
+    subtree,
+)
 
 
 def new(
@@ -27,13 +36,14 @@ def new(
     root_id: RootId = None,
 ) -> None:
     """Create a conversation and print its id."""
-    from jpfs.core import scope
     from jpfs.services.conversations import lifecycle
 
     ws = state.ws()
     within = root_scope(ws, root_id)
-    if within is not None:
-        parent = scope.resolve(ws.conv_root, parent, within=within) if parent else within
+    if parent:
+        parent = resolve(ws, parent, within)
+    elif within is not None:
+        parent = within
     conv = lifecycle.new_conversation(
         ws,
         conv_id,
@@ -55,6 +65,7 @@ def ls(
     as_tree: Annotated[bool, typer.Option("--tree", help="Indent by depth.")] = False,
     fmt: Format = "text",
     root_id: RootId = None,
+    full_ids: FullIds = False,
 ) -> None:
     """List conversations: id (indented by depth with --tree), state, agent, events, title."""
     from jpfs.core import tree
@@ -71,11 +82,12 @@ def ls(
         out_json([i.to_json() for i in items])
         return
     base = under.count("/") + 1 if under else 0
+    short = shortener(ws, root_id, full_ids)
 
     def name(conv_id: str) -> str:
         if not as_tree:
-            return conv_id
-        return "  " * (conv_id.count("/") - base) + conv_id.rsplit("/", 1)[-1]
+            return short(conv_id)
+        return "  " * (conv_id.count("/") - base) + short(conv_id).rsplit("/", 1)[-1]
 
     out_table(
         ("id", "state", "agent", "events", "title"),
@@ -129,6 +141,7 @@ def grep(
         typer.Option("-C", "--context", metavar="N", help="Show N lines around each match."),
     ] = 0,
     fmt: Format = "text",
+    full_ids: FullIds = False,
 ) -> None:
     """Search conversations, grep-style: one ID:FILE:LINE: text per match (matches
     highlighted on a terminal). Exit 0 when found, 1 when not, 2 on a bad pattern."""
@@ -163,13 +176,15 @@ def grep(
         else:
             out_json([m.to_json() for m in matches])
     elif files_with_matches or count:
+        short = shortener(ws, root_id, full_ids)
         for (conv_id, file), n in files.items():
-            out(f"{conv_id}:{file}" + (f":{n}" if count else ""))
+            out(f"{short(conv_id)}:{file}" + (f":{n}" if count else ""))
     else:
         paint = grepview.painter(pattern, regex=regex, ignore_case=ignore_case)
         shown = search.with_context(ws.conv_root, matches, context) if context else matches
+        short = shortener(ws, root_id, full_ids)
         for line in shown:
-            out(grepview.render(line, paint))
+            out(grepview.render(line, paint, short))
     if not matches:
         raise typer.Exit(1)
 

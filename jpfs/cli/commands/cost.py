@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from jpfs.cli.context import note, out_json, out_table, state
-from jpfs.cli.options import Format, RootId, subtree
+from jpfs.cli.options import Format, FullIds, RootId, shortener, subtree
 
 
 def cost(
@@ -27,6 +27,7 @@ def cost(
     ] = None,
     fmt: Format = "text",
     root_id: RootId = None,
+    full_ids: FullIds = False,
 ) -> None:
     """Tokens and dollars spent by model calls (the whole record without ID): the four
     usage counts and cost_usd per conversation or per model, and their total."""
@@ -39,7 +40,8 @@ def cost(
     if fmt == "json":
         out_json(result.to_json())
         return
-    rows = [(key, spend) for key, spend in result.rows]
+    short = shortener(ws, root_id, full_ids) if by == "conversation" else str
+    rows = [(short(key), spend) for key, spend in result.rows]
     out_table(
         (by, "calls", "input", "output", "cache-read", "cache-write", "cost"),
         [

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jpfs.cli.context import note, out, out_json, out_table, state
-from jpfs.cli.options import Format, RootId, scoped
+from jpfs.cli.options import Format, FullIds, RootId, scoped, shortener
 
 if TYPE_CHECKING:
     from jpfs.services.views.history import Entry
@@ -23,6 +23,7 @@ def log(
     ] = None,
     fmt: Format = "text",
     root_id: RootId = None,
+    full_ids: FullIds = False,
 ) -> None:
     """The history of a conversation subtree (the whole tree without ID), from git:
     one line per event, newest first (time, conversation, event, agent, author, note)."""
@@ -34,10 +35,18 @@ def log(
     if fmt == "json":
         out_json([e.to_json() for e in entries])
         return
+    short = shortener(ws, root_id, full_ids)
     out_table(
         ("time", "conversation", "event", "agent", "author", "note"),
         [
-            (_time(e.date), e.conversation or "-", e.event, e.agent or "-", _author(e), _note(e))
+            (
+                _time(e.date),
+                short(e.conversation) if e.conversation else "-",
+                e.event,
+                e.agent or "-",
+                _author(e),
+                _note(e),
+            )
             for e in entries
         ],
     )

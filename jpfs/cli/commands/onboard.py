@@ -51,6 +51,9 @@ def onboard(
         conv_id = handle.conversation
         result_state = State.IDLE if handle.ready else State.WAITING
     else:
+        from jpfs.cli.options import resolve
+
+        conv_id = resolve(ws, conv_id)  # as typed: a prefix, `@`
         result = query(ws, None, conv_id=conv_id, runner=runner)
         result_state = result.state
     if result_state is State.WAITING:

@@ -11,7 +11,7 @@ import typer
 from jpfs.cli.app import runner as make_runner
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
-from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId, scoped
+from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId, resolve, root_scope, scoped
 from jpfs.errors import JpfsError, StateError
 
 if TYPE_CHECKING:
@@ -192,6 +192,9 @@ def query(
                 " an existing one (drop them, or start a new one with --new)",
                 param_hint="--id",
             )
+    if conv_id is not None:  # as typed (a prefix, `@`): the daemon has no active one
+        ws = state.ws(list(cfg or []))
+        conv_id = resolve(ws, conv_id, root_scope(ws, root_id))
     body = read_query(text)
     live = LiveAnswer(sys.stdout) if (sys.stdout.isatty() if stream is None else stream) else None
     request = Ask(

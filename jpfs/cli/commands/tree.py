@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from jpfs.cli import keys
 from jpfs.cli.context import note, out, out_json, state, table
-from jpfs.cli.options import Format, RootId, subtree
+from jpfs.cli.options import Format, FullIds, RootId, shortener, subtree
 
 if TYPE_CHECKING:
     from jpfs.services.views.status_view import Row
@@ -32,10 +33,11 @@ def tree(
     count: Count = 0,
     include_hidden: All = False,
     root_id: RootId = None,
+    full_ids: FullIds = False,
 ) -> None:
     """The conversation tree: state, agent, model, time, tokens, cost (its own, and its
     subtree's on rows with sub-conversations) and last line of each."""
-    show(conv_id, root_id, fmt, watch or count > 1, interval, count, include_hidden)
+    show(conv_id, root_id, fmt, watch or count > 1, interval, count, include_hidden, full_ids)
 
 
 def top(
@@ -46,10 +48,11 @@ def top(
     count: Count = 0,
     include_hidden: All = False,
     root_id: RootId = None,
+    full_ids: FullIds = False,
 ) -> None:
     """A live view of the conversation tree, as jpfs tree --watch: press q (or Ctrl-C)
     to quit. Piped, it prints one frame and exits (--count N for more)."""
-    show(conv_id, root_id, "text", True, interval, count, include_hidden)
+    show(conv_id, root_id, "text", True, interval, count, include_hidden, full_ids)
 
 
 def show(
@@ -60,6 +63,7 @@ def show(
     interval: float,
     count: int,
     include_hidden: bool,
+    full_ids: bool = False,
 ) -> None:
     from jpfs.core.tree import left_out_note
     from jpfs.services.views.status_view import TreeView, daemon_line
@@ -85,7 +89,9 @@ def show(
                 header = daemon_line(ws) if watch else ""
                 if clear:
                     header = (header + "  " if header else "") + "(q: quit)"
-                frame = cut(render(rows, header=header), width)
+                # Listed again at each frame: a new sibling may lengthen a prefix.
+                short = shortener(ws, root_id, full_ids)
+                frame = cut(render(rows, header=header, short=short), width)
                 out(("\x1b[H\x1b[2J" if clear else "") + frame)
             sys.stdout.flush()
             frames += 1
@@ -107,8 +113,9 @@ def cut(text: str, width: int) -> str:
     )
 
 
-def render(rows: list[Row], header: str = "") -> str:
-    """The tree as a table (ID indented by depth), under ``header`` if given."""
+def render(rows: list[Row], header: str = "", short: Callable[[str], str] = str) -> str:
+    """The tree as a table (ID indented by depth, as ``short`` shows it), under
+    ``header`` if given."""
     from jpfs.core.usage import dollars
     from jpfs.services.views.status_view import duration, tokens_text
 
@@ -117,7 +124,7 @@ def render(rows: list[Row], header: str = "") -> str:
         ("id", "state", "agent", "model", "time", "tokens", "cost", "subtree", "last"),
         [
             (
-                "  " * row.depth + row.id.rsplit("/", 1)[-1],
+                "  " * row.depth + short(row.id).rsplit("/", 1)[-1],
                 row.state,
                 row.agent,
                 row.model,
