@@ -38,6 +38,7 @@ is ever changed. ``PLACEHOLDERS`` are substituted in the text of a command or co
 ===================================  ==================================================
 ``c-01jh...``,                       the conversation id the last command printed (its
 ``c-01jh5w7x2k0000000000000000``     first ``conversation_id="..."``, top segment)
+``c-01jh5w7x`` (alone)               that id's short form (``c-`` and 8 characters)
 ``/path/to/repo``                    the workspace's absolute path
 ===================================  ==================================================
 
@@ -120,6 +121,9 @@ class Shell:
 
 PLACEHOLDERS: list[tuple[re.Pattern[str], Callable[[Shell], str]]] = [
     (re.compile(r"c-01jh5w7x2k0000000000000000|c-01jh\.\.\."), Shell.conversation_id),
+    # The short id listings show and people type (protocol/layout.md, "Typing ids"): the
+    # first 8 characters after "c-" (one conversation in the workspace: no more needed).
+    (re.compile(r"c-01jh5w7x(?![0-9a-z])"), lambda shell: shell.conversation_id()[:10]),
     (re.compile(r"/path/to/repo"), Shell.workspace_path),
 ]
 
@@ -1822,7 +1826,7 @@ DOCS: list[Entry] = [
     Entry("protocol/onboarding.md", "c76c0b27", "# Questions", onboarding_questions),
     Entry("protocol/onboarding.md", "489bde1a", "Refactor the billing", onboarding_brief),
     Entry("protocol/onboarding.md", "7e6aee93", "import jpfs", python_onboarding),
-    Entry("protocol/onboarding.md", "ea6a4449", "$ jpfs query --new", transcript),
+    Entry("protocol/onboarding.md", "6b850dd5", "$ jpfs query --new", transcript),
     Entry("protocol/provenance.md", "f3438484", "jpfs(c-01jh5w7x2k0000000000", provenance_commit),
     Entry("protocol/provenance.md", "8fd2538b", "git log -1 --format=%B", provenance_followed),
     Entry("protocol/provenance.md", "08e19e40", "[", provenance_blame),
