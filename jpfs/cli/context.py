@@ -103,3 +103,9 @@ def note(text: str) -> None:
         text = f"\x1b[2m{text}\x1b[0m"
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
+
+
+def meta_key(option: str) -> str:
+    """Where the root keeps an option written before the subcommand, for the command
+    below (click's ``ctx.meta``: jpfs.cli.options hands it down, completion reads it)."""
+    return f"jpfs.cli.options:{option}"

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 
-from jpfs.cli.context import state
+from jpfs.cli.completion import complete_ids
+from jpfs.cli.context import meta_key, state
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
@@ -69,8 +70,7 @@ def everywhere(hidden: bool) -> list[click.Parameter]:
 _HANDED_DOWN = ("--format", "--root-id")
 
 
-def _key(option: str) -> str:
-    return f"jpfs.cli.options:{option}"
+_key = meta_key
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -140,6 +140,7 @@ RootId = Annotated[
     typer.Option(
         "--root-id",
         callback=_root_id,
+        autocompletion=complete_ids,
         help="Refuse every id that is not a strict descendant of this one.",
     ),
 ]

@@ -6,10 +6,16 @@ from typing import Annotated
 
 import typer
 
+from jpfs.cli.completion import complete_ids
 from jpfs.cli.context import note, out, state
 from jpfs.cli.options import RootId, scoped
 
-Id = Annotated[str, typer.Argument(metavar="ID", help="A conversation with a branch workspace.")]
+Id = Annotated[
+    str,
+    typer.Argument(
+        autocompletion=complete_ids, metavar="ID", help="A conversation with a branch workspace."
+    ),
+]
 
 
 def merge(conv_id: Id, root_id: RootId = None) -> None:

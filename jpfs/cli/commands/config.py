@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
+import typer
+
+from jpfs.cli.completion import complete_config_keys
 from jpfs.cli.context import out, out_json, out_table, state
 from jpfs.cli.lazygroup import Commands
 from jpfs.cli.options import Format
+
+Key = Annotated[str, typer.Argument(metavar="KEY", autocompletion=complete_config_keys)]
 
 
 def _value(value: Any) -> str:
@@ -15,7 +20,7 @@ def _value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def get(key: str, fmt: Format = "text") -> None:
+def get(key: Key, fmt: Format = "text") -> None:
     """Print the resolved value of KEY (with --format json: key, value and source)."""
     config = state.ws().config
     value = config.get(key)
@@ -25,7 +30,7 @@ def get(key: str, fmt: Format = "text") -> None:
     out(value if isinstance(value, str) else _value(value))
 
 
-def set_(key: str, value: str) -> None:
+def set_(key: Key, value: str) -> None:
     """Set KEY to VALUE (TOML syntax) in .jpfs/config.toml; comments survive.
 
     The file is a project file: commit it with your own work (jpfs never commits on

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from jpfs.cli.completion import complete_agents, complete_ids
 from jpfs.cli.context import note, out, out_json, out_table, state
 from jpfs.cli.lazygroup import Commands
 from jpfs.cli.options import (
@@ -21,9 +22,16 @@ from jpfs.cli.options import (
 
 
 def new(
-    conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
-    parent: Annotated[str | None, typer.Option("--parent", help="Create under this id.")] = None,
-    agent: Annotated[str | None, typer.Option("--agent", help="Agent profile.")] = None,
+    conv_id: Annotated[
+        str | None, typer.Argument(autocompletion=complete_ids, metavar="[ID]")
+    ] = None,
+    parent: Annotated[
+        str | None,
+        typer.Option("--parent", autocompletion=complete_ids, help="Create under this id."),
+    ] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", autocompletion=complete_agents, help="Agent profile.")
+    ] = None,
     title: Annotated[str, typer.Option("--title")] = "",
     hidden: Annotated[bool, typer.Option("--hidden")] = False,
     tmp: Annotated[
@@ -60,7 +68,10 @@ def new(
 
 
 def ls(
-    root: Annotated[str | None, typer.Option("--root", help="List the descendants of ID.")] = None,
+    root: Annotated[
+        str | None,
+        typer.Option("--root", autocompletion=complete_ids, help="List the descendants of ID."),
+    ] = None,
     hidden: Annotated[bool, typer.Option("--hidden", help="Include hidden conversations.")] = False,
     as_tree: Annotated[bool, typer.Option("--tree", help="Indent by depth.")] = False,
     fmt: Format = "text",
@@ -96,7 +107,9 @@ def ls(
 
 
 def print_(
-    conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
+    conv_id: Annotated[
+        str | None, typer.Argument(autocompletion=complete_ids, metavar="[ID]")
+    ] = None,
     last: Annotated[int | None, typer.Option("--last", help="Only the last N events.")] = None,
     fmt: Format = "text",
     root_id: RootId = None,
@@ -116,9 +129,12 @@ def print_(
 def grep(
     pattern: str,
     conv_ids: Annotated[
-        list[str] | None, typer.Option("--id", help="Search only these conversations.")
+        list[str] | None,
+        typer.Option("--id", autocompletion=complete_ids, help="Search only these conversations."),
     ] = None,
-    root: Annotated[str | None, typer.Option("--root", help="Search below ID.")] = None,
+    root: Annotated[
+        str | None, typer.Option("--root", autocompletion=complete_ids, help="Search below ID.")
+    ] = None,
     root_id: RootId = None,
     ignore_case: Annotated[
         bool, typer.Option("-i", "--ignore-case", help="Match upper and lower case alike.")
@@ -202,7 +218,7 @@ def check_grep_flags(files_with_matches: bool, count: bool, context: int, fmt: s
 
 
 def fork(
-    conv_id: str,
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
     last: Annotated[
         int | None, typer.Option("--last", help="Copy the last N events (0: a blank child).")
     ] = None,
@@ -221,7 +237,7 @@ def fork(
 
 
 def rm(
-    conv_id: str,
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
     cascade: Annotated[bool, typer.Option("--cascade", help="Also remove descendants.")] = False,
     root_id: RootId = None,
 ) -> None:
@@ -233,7 +249,10 @@ def rm(
     note(f"removed {len(removed)} conversation(s)")
 
 
-def use(conv_id: str, root_id: RootId = None) -> None:
+def use(
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
+    root_id: RootId = None,
+) -> None:
     """Make ID the active conversation (local state, never committed)."""
     from jpfs.services.conversations import lifecycle
 
@@ -241,7 +260,11 @@ def use(conv_id: str, root_id: RootId = None) -> None:
     lifecycle.set_active(ws, scoped(ws, conv_id, root_id))
 
 
-def set_agent(conv_id: str, agent: str, root_id: RootId = None) -> None:
+def set_agent(
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
+    agent: Annotated[str, typer.Argument(autocompletion=complete_agents, metavar="AGENT")],
+    root_id: RootId = None,
+) -> None:
     """Give ID, which has not worked yet, another AGENT (its profile's configuration
     replaces the old one). After a failure before any work, `jpfs retry ID` runs it."""
     from jpfs.core import tree
@@ -256,7 +279,9 @@ def set_agent(conv_id: str, agent: str, root_id: RootId = None) -> None:
 
 
 def show(
-    conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
+    conv_id: Annotated[
+        str | None, typer.Argument(autocompletion=complete_ids, metavar="[ID]")
+    ] = None,
     fmt: Format = "text",
     root_id: RootId = None,
 ) -> None:

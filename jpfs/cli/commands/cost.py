@@ -6,13 +6,17 @@ from typing import Annotated
 
 import typer
 
+from jpfs.cli.completion import complete_ids
 from jpfs.cli.context import note, out_json, out_table, state
 from jpfs.cli.options import Format, FullIds, RootId, shortener, subtree
 
 
 def cost(
     conv_id: Annotated[
-        str | None, typer.Argument(metavar="[ID]", help="Only ID and its descendants.")
+        str | None,
+        typer.Argument(
+            autocompletion=complete_ids, metavar="[ID]", help="Only ID and its descendants."
+        ),
     ] = None,
     by: Annotated[
         str, typer.Option("--by", help="Sum per 'conversation' or per 'model'.")

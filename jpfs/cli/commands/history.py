@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from jpfs.cli.completion import complete_ids
 from jpfs.cli.context import note, out, out_json, out_table, state
 from jpfs.cli.options import Format, FullIds, RootId, scoped, shortener
 
@@ -17,7 +18,9 @@ AGENT_AUTHOR = " (jpfs agent)"  # jpfs.core.record.agent_identity
 
 
 def log(
-    conv_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
+    conv_id: Annotated[
+        str | None, typer.Argument(autocompletion=complete_ids, metavar="[ID]")
+    ] = None,
     limit: Annotated[
         int | None, typer.Option("-n", "--limit", help="Only the last N events.")
     ] = None,

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from jpfs.cli.completion import complete_ids
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
 from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId, scoped
@@ -28,7 +29,7 @@ CAPTURE_TEMPLATE = """\
 
 
 def fork(
-    parent: Annotated[str, typer.Argument(metavar="PARENT")],
+    parent: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="PARENT")],
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The child's task.")] = None,
     no_start: NoStart = False,
     root_id: RootId = None,
@@ -58,7 +59,7 @@ def fork(
 
 
 def kill(
-    conv_id: Annotated[str, typer.Argument(metavar="ID")],
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
     cascade: Annotated[bool, typer.Option("--cascade", help="Kill its descendants too.")] = False,
     root_id: RootId = None,
 ) -> None:
@@ -79,7 +80,9 @@ def compose(parent: str) -> str:
 
 
 def capture(
-    parent: Annotated[str | None, typer.Argument(metavar="[PARENT]")] = None,
+    parent: Annotated[
+        str | None, typer.Argument(autocompletion=complete_ids, metavar="[PARENT]")
+    ] = None,
     no_start: NoStart = False,
     root_id: RootId = None,
 ) -> None:
@@ -102,7 +105,7 @@ def capture(
 
 
 def retry(
-    conv_id: Annotated[str, typer.Argument(metavar="ID")],
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
     message: Annotated[
         str | None, typer.Argument(metavar="[MESSAGE]", help="Extra input (default: a note).")
     ] = None,

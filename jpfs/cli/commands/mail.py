@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from jpfs.cli.completion import complete_ids
 from jpfs.cli.context import note, out, out_json, out_table, state
 from jpfs.cli.lazygroup import Commands
 from jpfs.cli.options import Format, RootId, scoped
@@ -39,7 +40,9 @@ def listing(messages: Sequence[Message]) -> None:
 
 
 def send(
-    conv_id: Annotated[str, typer.Argument(metavar="ID", help="The recipient.")],
+    conv_id: Annotated[
+        str, typer.Argument(autocompletion=complete_ids, metavar="ID", help="The recipient.")
+    ],
     body: Annotated[
         str | None, typer.Argument(metavar="[BODY]", help="- or absent: stdin.")
     ] = None,
@@ -84,7 +87,7 @@ def send(
 
 
 def check(
-    conv_id: Annotated[str, typer.Argument(metavar="ID")],
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
     fmt: Format = "text",
     root_id: RootId = None,
 ) -> None:
@@ -108,7 +111,7 @@ def check(
 
 
 def read(
-    conv_id: Annotated[str, typer.Argument(metavar="ID")],
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
     msg_id: Annotated[str, typer.Argument(metavar="MESSAGE_ID")],
     fmt: Format = "text",
     root_id: RootId = None,
@@ -129,7 +132,7 @@ def read(
 
 
 def delete(
-    conv_id: Annotated[str, typer.Argument(metavar="ID")],
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
     msg_id: Annotated[str, typer.Argument(metavar="MESSAGE_ID")],
     root_id: RootId = None,
 ) -> None:
@@ -141,7 +144,7 @@ def delete(
 
 
 def filter_(
-    conv_id: Annotated[str, typer.Argument(metavar="ID")],
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
     sender: Annotated[str | None, typer.Option("--from", help="Sender id, or @human.")] = None,
     kind: Annotated[str | None, typer.Option("--kind", help="message or status")] = None,
     unread: Annotated[

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from jpfs.cli.completion import complete_agents, complete_ids
 from jpfs.cli.context import note, out, state
 from jpfs.errors import ConfigError
 
@@ -21,10 +22,15 @@ def parse_tasks(text: str) -> list[str]:
 
 
 def onboard(
-    agent: Annotated[str | None, typer.Argument(help="Agent profile.")] = None,
+    agent: Annotated[
+        str | None, typer.Argument(help="Agent profile.", autocompletion=complete_agents)
+    ] = None,
     tasks: Annotated[Path | None, typer.Option("--tasks", help="File of tasks.")] = None,
     conv_id: Annotated[
-        str | None, typer.Option("--id", help="Continue a batch onboarding after answering.")
+        str | None,
+        typer.Option(
+            "--id", autocompletion=complete_ids, help="Continue a batch onboarding after answering."
+        ),
     ] = None,
 ) -> None:
     """Onboard AGENT once over every task in FILE, then fork one child per task.

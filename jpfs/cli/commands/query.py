@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 import typer
 
 from jpfs.cli.app import runner as make_runner
+from jpfs.cli.completion import complete_agents, complete_ids
 from jpfs.cli.context import note, out, state
 from jpfs.cli.editor import edit
 from jpfs.cli.options import BudgetTokens, BudgetUsd, RootId, resolve, root_scope, scoped
@@ -133,10 +134,16 @@ def query(
     text: Annotated[
         str | None, typer.Argument(metavar="QUERY", help="The query; - or absent: stdin.")
     ] = None,
-    conv_id: Annotated[str | None, typer.Option("--id", help="Continue this conversation.")] = None,
+    conv_id: Annotated[
+        str | None,
+        typer.Option("--id", autocompletion=complete_ids, help="Continue this conversation."),
+    ] = None,
     new: Annotated[bool, typer.Option("--new", help="Start a new conversation.")] = False,
     agent: Annotated[
-        str | None, typer.Option("--agent", help="Profile for a new conversation.")
+        str | None,
+        typer.Option(
+            "--agent", autocompletion=complete_agents, help="Profile for a new conversation."
+        ),
     ] = None,
     root_id: RootId = None,
     cfg: Annotated[
@@ -253,7 +260,7 @@ def edit_answer(questions: str) -> str:
 
 
 def answer(
-    conv_id: str,
+    conv_id: Annotated[str, typer.Argument(autocompletion=complete_ids, metavar="ID")],
     text: Annotated[str | None, typer.Argument(metavar="[TEXT]")] = None,
     run: Annotated[
         bool, typer.Option("--run/--no-run", help="Run the agent after answering.")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jpfs.cli import keys
+from jpfs.cli.completion import complete_ids
 from jpfs.cli.context import note, out, out_json, state, table
 from jpfs.cli.options import Format, FullIds, RootId, shortener, subtree
 
@@ -25,7 +26,8 @@ All = Annotated[bool, typer.Option("--all", "-a", help="Include hidden conversat
 
 def tree(
     conv_id: Annotated[
-        str | None, typer.Argument(metavar="[ID]", help="Show only below ID.")
+        str | None,
+        typer.Argument(autocompletion=complete_ids, metavar="[ID]", help="Show only below ID."),
     ] = None,
     fmt: Format = "text",
     watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
@@ -42,7 +44,8 @@ def tree(
 
 def top(
     conv_id: Annotated[
-        str | None, typer.Argument(metavar="[ID]", help="Show only below ID.")
+        str | None,
+        typer.Argument(autocompletion=complete_ids, metavar="[ID]", help="Show only below ID."),
     ] = None,
     interval: Interval = 1.0,
     count: Count = 0,
