@@ -512,7 +512,7 @@ def readme_tour(block: Block, env: Env) -> None:
             ),
             (
                 "jpfs conversation grep src/",
-                Step(out=[r"^c-[0-9a-z]{26}:answers\.md:\d+: Focus on src/$"]),
+                Step(out=[r"^c-[0-9a-z]{8,26}:answers\.md:\d+: Focus on src/$"]),
             ),
             (
                 "jpfs log",
@@ -1275,7 +1275,7 @@ def cost_tour(block: Block, env: Env) -> None:
             ("jpfs log -n 3", Step(out=[r" assistant .* 10\+5 tokens \$0\.0001$"])),
             ("jpfs cost --by model", Step(out=[r"^claude-sonnet-4-6 +2 +20 +10 +0 +0 +\$0\.0002",
                                                r"^total +2 "])),
-            ("jpfs cost --since 24h", Step(out=[r"^c-[0-9a-z]{26} +2 ", r"^total +2 "])),
+            ("jpfs cost --since 24h", Step(out=[r"^c-[0-9a-z]{8,26} +2 ", r"^total +2 "])),
         ],
     )  # fmt: skip
 
