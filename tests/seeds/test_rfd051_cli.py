@@ -274,11 +274,13 @@ def test_list_print_and_grep_templates(main_ws: Path, cli: Cli) -> None:
     assert "## Task" not in last.stdout and last.stdout.count("\n### 0") == 1
 
     # jp conversation grep --id="{{tool.arguments.id}}" --root-id="..." -i "PATTERN"
-    one = cli("conversation", "grep", f"--id={seen}", "--root-id=main", "-i", "IS_RETRYABLE")
+    one = cli(
+        "conversation", "grep", f"--id={seen}", "--root-id=main", "-i", "IS_RETRYABLE", "--full-ids"
+    )
     assert one.code == 0
     assert set(grep_brief(one.stdout)) == {f"{seen}: {RETRY.splitlines()[0]}"}
     # jp conversation grep --root="{{context.conversation_id}}" --hidden -i "PATTERN"
-    every = cli("conversation", "grep", "--root=main", "--hidden", "-i", "RATELIMIT")
+    every = cli("conversation", "grep", "--root=main", "--hidden", "-i", "RATELIMIT", "--full-ids")
     assert {line.split(": ", 1)[0] for line in grep_brief(every.stdout)} == {seen, hidden}
 
     # --root-id: an id outside the subtree is a hard error (one line), for each command.

@@ -64,7 +64,7 @@ def test_tree_shows_state_agent_model_tokens_and_last_line(
 
 def test_tree_text_and_top_frames(ws: Path, cli: Callable[..., Result]) -> None:
     ids = make_tree(ws, cli)
-    text = cli("tree")
+    text = cli("tree", "--full-ids")  # short ids: tests/adapters/test_cli_ids.py
     assert text.code == 0
     lines = text.stdout.splitlines()
     assert lines[0].split() == [
@@ -74,7 +74,7 @@ def test_tree_text_and_top_frames(ws: Path, cli: Callable[..., Result]) -> None:
     line = next(ln for ln in lines if ln.startswith(ids["idle"]))
     assert "idle" in line and "helper" in line and line.endswith("Helper says hello.")
 
-    top = cli("top", "--count", "2", "--interval", "0.01")
+    top = cli("top", "--count", "2", "--interval", "0.01", "--full-ids")
     assert top.code == 0
     assert top.stdout.count("daemon: not running") == 2  # two frames, each with a header
     assert top.stdout.count(ids["waiting"]) == 2
