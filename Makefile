@@ -55,6 +55,18 @@ typecheck: $(STAMP)
 test: lint typecheck clients sshd
 	$(BIN)/pytest -q -n 2 --timeout=300
 
+# The quick tier, for each change while you work (`make test` stays the whole suite and
+# CI's command): ruff, then every test that needs no daemon or MCP server process, no
+# git or SSH server and no npm (tests/tiers.py marks the others `slow`). Bytecode is
+# cached (in .venv/pycache, as bench/common.py does) even where PYTHONDONTWRITEBYTECODE
+# is set: else every run and every jpfs subprocess compiles jpfs and the tests again.
+.PHONY: test-fast
+test-fast: $(STAMP)
+	$(BIN)/ruff check jpfs tests bench
+	$(BIN)/ruff format --check jpfs tests bench
+	env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache \
+	  $(BIN)/pytest -q -n 2 -m "not slow" --timeout=120
+
 # KEEP=1 keeps the demo's repository (under $TMPDIR) to look around in.
 demo: $(STAMP)
 	$(BIN)/python -m jpfs.demo $(if $(KEEP),--keep)

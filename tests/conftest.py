@@ -27,6 +27,18 @@ def pytest_configure(config: pytest.Config) -> None:
     from jpfs.tools.registry import build_tools
 
     use_default(App(build_tools))
+    config.addinivalue_line(
+        "markers",
+        "slow: needs a daemon process, a git or SSH server or npm; left out of `make "
+        "test-fast` (-m 'not slow'); found by tests/tiers.py, or marked by hand",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests that need a process or a server ``slow`` (tests/tiers.py)."""
+    from tests.tiers import mark_slow
+
+    mark_slow(items)
 
 
 IDENTITY = {
