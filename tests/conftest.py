@@ -29,8 +29,9 @@ def pytest_configure(config: pytest.Config) -> None:
     use_default(App(build_tools))
     config.addinivalue_line(
         "markers",
-        "slow: needs a daemon process, a git or SSH server or npm; left out of `make "
-        "test-fast` (-m 'not slow'); found by tests/tiers.py, or marked by hand",
+        "slow: starts a daemon, an MCP server, a network server (git, SSH, the API "
+        "servers) or npm, or is a property test; left out of `make test-fast` (-m 'not "
+        "slow'); found by tests/tiers.py",
     )
 
 
