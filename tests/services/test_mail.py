@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jpfs.core import frontmatter
+from jpfs.core import frontmatter, locks
 from jpfs.core.conversation import Conversation
 from jpfs.core.tool import ToolContext
 from jpfs.core.workspace import Workspace, open_workspace
@@ -264,19 +264,30 @@ def test_mail_from_the_caller_continues_an_idle_conversation(
     assert control.send(w, "lead", "fyi", "x", sender=first, runner=runner)[1] is False
 
 
-def test_mail_sent_while_running_is_delivered_when_the_run_stops(tree3: Workspace) -> None:
+def test_mail_sent_while_running_is_delivered_by_the_run_that_holds_it(
+    tree3: Workspace,
+) -> None:
+    """Mail sent while a run holds the conversation is the run's to deliver: at its next
+    model call (steering), or when it stops if no call comes; once, and answered."""
     w = tree3
     # The turn takes 1.5 s: the mail below is sent while it runs, even on a loaded machine.
     write_profile(w.root, "echo", ECHO.replace("[[script.turns]]", "[[script.turns]]\ndelay = 1.5"))
     conv = new_conversation(w, "slow", agent="echo", task="first")
     runner = Runner(w)
+
+    def answered() -> bool:
+        events = conv.events()
+        holding = [i for i, ev in enumerate(events) if ev.role == "user" and "second" in ev.body]
+        return bool(holding) and any(ev.role == "assistant" for ev in events[holding[-1] :])
+
     with no_thread_leak():
         background.start(w, "slow", runner=runner)
         wait_until(lambda: conv.events(), message="the run to start")
         msg, started = control.send(w, "slow", "s", "second")
-        assert not started  # busy: the run that holds it delivers the mail when it stops
-        wait_until(lambda: len(conv.events()) == 4, message="the mail delivered after the run")
-    assert "second" in conv.events()[2].body and conv.events()[3].role == "assistant"
+        assert not started  # busy: the run that holds it delivers the mail
+        wait_until(answered, message="the mail delivered and answered")
+        wait_until(lambda: not locks.is_locked(w.local_dir, "slow"), message="the run to end")
+    assert sum("second" in ev.body for ev in conv.events() if ev.role == "user") == 1
     assert mail.get(w, "slow", msg.id).read is True
     assert Conversation(w.conv_root, "slow").read("result.md")
 
