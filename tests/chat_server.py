@@ -10,7 +10,8 @@ for it, then ``data: [DONE]``); errors stay JSON in OpenAI's shape.
 As the real servers do, it refuses (400, before any scripted answer, consuming none)
 tool messages that answer no tool call, tool calls left unanswered, and prompts over
 the model's context window (``server.windows``, else :data:`CHAT_WINDOW` tokens by the
-stand-in tokenizer). For models in ``server.count_usage`` the reply's
+stand-in tokenizer: "This model's maximum context length is N tokens. However, your
+messages resulted in M tokens. ..."). For models in ``server.count_usage`` the reply's
 ``usage.prompt_tokens`` is the computed prompt size.
 
     def test_x(chat_server: ChatServer) -> None:

@@ -28,7 +28,8 @@ API's server-sent events (``message_start`` ... ``message_stop``); errors stay J
 
 The server refuses what the API refuses (:mod:`tests.api_rules`: unpaired tool calls,
 bad thinking settings and thinking blocks, too many cache breakpoints, a prompt over
-the model's context window ...) with the API's error texts, before any scripted answer:
+the model's context window: ``prompt is too long: N tokens > M maximum`` ...) with the
+API's error texts, before any scripted answer:
 a refusal is recorded but consumes no queued reply and does not call the responder.
 The rules are per model, ``server.models`` (``server.default_rules`` for other names).
 When the model thinks, a scripted reply without a thinking block gets one, and any
