@@ -110,3 +110,16 @@ def generate(prefix: str = "c") -> str:
             rand = int.from_bytes(os.urandom(10), "big")
         _last = (ms, rand)
     return f"{prefix}-{encode(ms, 10)}{encode(rand & ((1 << 80) - 1), 16)}"
+
+
+def is_child_dir(entry: os.DirEntry[str]) -> bool:
+    """Whether a directory entry can be a conversation below the one listed: a real
+    directory (no link followed) whose name is a well-formed, unreserved segment. The one
+    rule for every walk of the tree (listings, prefix resolution)."""
+    name = entry.name
+    return (
+        name not in RESERVED
+        and SEGMENT_RE.fullmatch(name) is not None
+        and ".." not in name
+        and entry.is_dir(follow_symlinks=False)
+    )

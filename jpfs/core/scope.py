@@ -114,19 +114,9 @@ def children(conv_root: Path, parent_id: str) -> list[str]:
     sub-directories with well-formed, unreserved names, as :func:`jpfs.core.tree.walk`
     descends into (the short ids listings show are unique among the same names)."""
     path = conv_root.joinpath(*parent_id.split("/")) if parent_id else conv_root
-    segment = ids.SEGMENT_RE.fullmatch
-    names: list[str] = []
     try:
         with os.scandir(path) as entries:
-            for entry in entries:
-                name = entry.name
-                if (
-                    name not in ids.RESERVED
-                    and segment(name)
-                    and ".." not in name
-                    and entry.is_dir(follow_symlinks=False)
-                ):
-                    names.append(name)
+            names = [entry.name for entry in entries if ids.is_child_dir(entry)]
     except OSError:  # gone, not a directory, unreadable: nothing to match there
         return []
     return names

@@ -134,7 +134,6 @@ class Summaries:
         is_conv = False
         watched: list[str] = []
         children: list[str] = []
-        segment = ids.SEGMENT_RE.fullmatch
         try:
             with os.scandir(path) as it:
                 for entry in it:
@@ -143,12 +142,7 @@ class Summaries:
                         is_conv = True
                     if name in _WATCHED:
                         watched.append(name)
-                    if (
-                        name not in ids.RESERVED
-                        and segment(name)
-                        and ".." not in name
-                        and entry.is_dir(follow_symlinks=False)
-                    ):
+                    if ids.is_child_dir(entry):
                         children.append(name)
         except (FileNotFoundError, NotADirectoryError):
             return None

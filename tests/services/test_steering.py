@@ -362,16 +362,7 @@ def test_notes_come_once_a_run_at_their_thresholds(tmp_path: Path) -> None:
     assert wrapped_up(conv.events()) == ""
 
 
-TURNS = """
-model = "claude-test"
-provider = "anthropic"
-[system]
-role = "You are the WORKER."
-[tools]
-allow = ["fs_read_file"]
-[limits]
-max_turns = 4
-"""
+TURNS = WORKER.replace("max_turns = 30", "max_turns = 4")
 
 
 def test_the_last_call_a_run_may_make_is_told_so_and_its_answer_ends_the_run(

@@ -29,10 +29,8 @@ from tests.messages_server import (
 FILES = 12
 WINDOW = 8192
 BODY = "".join(f"line {n:04d} of a file the researcher reads in full.\n" for n in range(120))
-LOCAL = """
-model = "local-8k"
-provider = "openai"
-base_url = "{url}"
+# A reader's profile, its model and provider given in front.
+READER = """
 context_window = {window}
 max_tokens = 1024
 [system]
@@ -42,6 +40,7 @@ allow = ["fs_read_file"]
 [limits]
 max_turns = 30
 """
+LOCAL = 'model = "local-8k"\nprovider = "openai"\nbase_url = "{url}"' + READER
 
 
 def make_files(ws: Path) -> None:
@@ -122,18 +121,7 @@ def test_a_profile_that_overstates_the_window_completes_after_the_refusal(
     assert windows[0] == 32_768 and windows[-1] == WINDOW  # learned, then kept
 
 
-ANTHROPIC = """
-model = "claude-small"
-provider = "anthropic"
-context_window = {window}
-max_tokens = 1024
-[system]
-role = "You read files."
-[tools]
-allow = ["fs_read_file"]
-[limits]
-max_turns = 30
-"""
+ANTHROPIC = 'model = "claude-small"\nprovider = "anthropic"' + READER
 
 
 def messages_reader(request: JsonDict) -> Answer:

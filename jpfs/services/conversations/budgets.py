@@ -231,12 +231,7 @@ class RunLimits:
     ) -> Reply:
         """One model call of ``conv``: refused when a budget or the run's time is spent,
         and cut at the run's deadline (``complete`` gets the event to stop by)."""
-        budgets = self._budgets.get(conv.id)
-        if budgets is None:
-            budgets = applying(self.ws, conv)
-            if conv.id in self._runs and conv.config:  # within a run, its snapshot final
-                self._budgets[conv.id] = budgets
-        check(self.ws, conv, model, budgets)
+        check(self.ws, conv, model, self._applying(conv))
         clock = self._clocks.get(conv.id)
         if clock is None:
             return complete(cancel)
@@ -255,10 +250,7 @@ class RunLimits:
     def figures(self, conv: Conversation, calls_left: int | None) -> steering.Figures:
         """Where ``conv``'s run stands, for jpfs's notes to it (steering): the tightest
         budget over it, its clock, the model calls left."""
-        budgets = self._budgets.get(conv.id)
-        if budgets is None:
-            budgets = applying(self.ws, conv)
-        share, what = tightest(self.ws, budgets)
+        share, what = tightest(self.ws, self._applying(conv))
         clock = self._clocks.get(conv.id)
         clock_share = None
         if clock is not None:
@@ -271,6 +263,16 @@ class RunLimits:
             clock_limit=clock[1] if clock is not None else 0.0,
             calls_left=calls_left,
         )
+
+    def _applying(self, conv: Conversation) -> list[Budget]:
+        """:func:`applying`, read once a run (its snapshot is final within it), for the
+        notes before a call and the check in it alike."""
+        budgets = self._budgets.get(conv.id)
+        if budgets is None:
+            budgets = applying(self.ws, conv)
+            if conv.id in self._runs and conv.config:
+                self._budgets[conv.id] = budgets
+        return budgets
 
     def usage(self, conv: Conversation) -> dict[str, Any]:
         """What ``conv``'s subtree spent since its current run began, as JSON for the
