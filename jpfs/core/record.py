@@ -98,8 +98,35 @@ def change(
     )
 
 
-def commit(ws: Workspace, conv_id: str, event: str, **kwargs: object) -> str | None:
-    return ws.commit(change(ws, conv_id, event, **kwargs))  # type: ignore[arg-type]
+def commit(
+    ws: Workspace,
+    conv_id: str,
+    event: str,
+    paths: Iterable[str] = (),
+    *,
+    agent: str | None = None,
+    model: str | None = None,
+    usage: Usage | None = None,
+    priced_as: str | None = None,
+    author: Identity | None = None,
+    note: str | None = None,
+    creates: Iterable[tuple[str, str]] = (),
+) -> str | None:
+    """:func:`change`, committed: the commit's id (None when nothing changed)."""
+    made = change(
+        ws,
+        conv_id,
+        event,
+        paths,
+        agent=agent,
+        model=model,
+        usage=usage,
+        priced_as=priced_as,
+        author=author,
+        note=note,
+        creates=creates,
+    )
+    return ws.commit(made)
 
 
 def edit_links(ws: Workspace, conv: Conversation, call_ids: Iterable[str]) -> list[tuple[str, str]]:

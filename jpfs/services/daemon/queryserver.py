@@ -14,12 +14,14 @@ the next start (the daemon lock says no other daemon owns it).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import socket
 import struct
 import threading
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,42 +33,53 @@ from jpfs.services.run import handoff, query
 log = logging.getLogger("jpfs.services.daemon")
 
 READ_TIMEOUT = 10.0  # a client that connects and sends no request line in time is dropped
-_STRING_OR_NULL = {"type": ["string", "null"]}
+_JSON_TYPES: dict[object, str] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
+
+
+def request_schema(cls: type[Any]) -> tuple[dict[str, Any], list[str]]:
+    """The JSON schema of a request dataclass's fields, and the names it requires.
+
+    Each field's type (a scalar, or a union of scalars with ``None``) becomes its
+    ``type``; ``metadata["schema"]`` adds to it (``minimum``), or replaces it when it
+    says the values (``enum``, ``const``). A field without a default is required. So a
+    field added to the request is one the daemon accepts, checked by its type."""
+    hints = typing.get_type_hints(cls)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for spec in dataclasses.fields(cls):
+        given = dict(spec.metadata.get("schema", {}))
+        if "enum" in given or "const" in given:
+            properties[spec.name] = given
+        else:
+            names = [_JSON_TYPES[t] for t in typing.get_args(hints[spec.name])] or [
+                _JSON_TYPES[hints[spec.name]]
+            ]
+            properties[spec.name] = {"type": names[0] if len(names) == 1 else names, **given}
+        if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+            required.append(spec.name)
+    return properties, required
+
+
+_REQUEST, _REQUIRED = request_schema(handoff.Ask)
+# The request (handoff.Ask) in the envelope the client sends it in (handoff.ask).
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["v", "text", "cfg", "env"],
+    "required": ["v", *_REQUIRED, "cfg", "env"],
     "properties": {
         "v": {"const": handoff.VERSION},
-        "text": {"type": "string"},
-        "conv_id": _STRING_OR_NULL,
-        "new": {"type": "boolean"},
-        "agent": _STRING_OR_NULL,
-        "root_id": _STRING_OR_NULL,
-        "hidden": {"type": "boolean"},
-        "tmp": _STRING_OR_NULL,
-        "activate": {"type": "boolean"},
-        "onboard": {"enum": [False, None]},
-        "budget_tokens": {"type": ["integer", "null"], "minimum": 1},
-        "budget_usd": {"type": ["number", "null"], "exclusiveMinimum": 0},
+        **_REQUEST,
         "stream": {"type": "boolean"},
         "cfg": {"type": "array", "items": {"type": "string"}},
         "env": {"type": "string"},
     },
 }
-_FIELDS = (
-    "text",
-    "conv_id",
-    "new",
-    "agent",
-    "root_id",
-    "hidden",
-    "tmp",
-    "activate",
-    "onboard",
-    "budget_tokens",
-    "budget_usd",
-)
 
 
 class BadRequest(JpfsError):
@@ -308,7 +321,7 @@ class QueryServer:
         return ""
 
     def _run(self, conn: Connection, request: Mapping[str, Any]) -> None:
-        ask = handoff.Ask(**{k: request[k] for k in _FIELDS if k in request})
+        ask = handoff.Ask(**{k: request[k] for k in _REQUEST if k in request})
         watcher = threading.Thread(target=conn.watch_hangup, name="jpfs-query-hangup", daemon=True)
         started: list[str] = []
 

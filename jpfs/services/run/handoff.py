@@ -36,7 +36,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,9 @@ _SUN_PATH_MAX = 107  # bytes, without the trailing NUL
 
 @dataclass(frozen=True)
 class Ask:
-    """What one ``jpfs query`` run asks for, as the CLI parsed it."""
+    """What one ``jpfs query`` run asks for, as the CLI parsed it. The daemon's check of
+    a request on the socket is made from these fields (``queryserver.SCHEMA``): their
+    types, and the JSON schema a field's ``metadata["schema"]`` adds."""
 
     text: str
     conv_id: str | None = None
@@ -66,11 +68,11 @@ class Ask:
     hidden: bool = False
     tmp: str | None = None
     activate: bool = True
-    onboard: bool | None = None  # False: --no-onboard; None: as the profile says
-    budget_tokens: int | None = (
-        None  # a new conversation's budget (jpfs.services.conversations.budgets)
-    )
-    budget_usd: float | None = None
+    # False: --no-onboard; None: as the profile says (no flag turns onboarding on).
+    onboard: bool | None = field(default=None, metadata={"schema": {"enum": [False, None]}})
+    # A new conversation's budget (jpfs.services.conversations.budgets).
+    budget_tokens: int | None = field(default=None, metadata={"schema": {"minimum": 1}})
+    budget_usd: float | None = field(default=None, metadata={"schema": {"exclusiveMinimum": 0}})
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
