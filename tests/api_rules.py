@@ -94,7 +94,7 @@ MODELS: Mapping[str, ModelRules] = {
     "claude-opus-4-6": _FOUR_SIX,
     "claude-sonnet-4-6": _FOUR_SIX,
     "claude-haiku-4-5": ModelRules(200_000, efforts=(), adaptive_thinking=False),
-    # The model Claude Code asks for (tests/adapters/test_client_claude_code.py): preserved
+    # The model Claude Code asks for (tests/mcp/test_client_claude_code.py): preserved
     # thinking that cannot be turned off, mid-conversation system messages.
     "claude-opus-5-5": replace(_FIVE, preserved=True),
 }

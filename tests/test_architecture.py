@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import jpfs
@@ -115,3 +116,35 @@ def test_only_the_git_layer_imports_pygit2() -> None:
         rel = path.relative_to(PACKAGE)
         if re.search(r"^\s*(import|from) pygit2\b", path.read_text(encoding="utf-8"), re.M):
             assert rel.parts[:2] in {("infra", "git"), ("infra", "committer")}, rel
+
+
+# Folders of tests/ that are not packages of jpfs/: the documentation's blocks and
+# glossary, the hostile-input corpus, the reference documents' examples, and the npm
+# client's installation.
+NOT_PACKAGES = {"docs", "hostile", "seeds", "clients"}
+# Packages whose tests live with their parent's: the CLI's commands (one module per verb)
+# are run through the CLI's argv, in tests/cli/.
+FOLDED = {"cli/commands"}
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """Every package of jpfs/ has its folder under tests/, at the same path, and every
+    folder of tests/ is a package's (or one of NOT_PACKAGES): a package's tests are in
+    one place, found from its path."""
+    tests = ROOT / "tests"
+
+    def folders(top: Path, keep: Callable[[Path], bool]) -> set[str]:
+        return {
+            str(d.relative_to(top))
+            for d in top.rglob("*")
+            if d.is_dir() and d.name != "__pycache__" and keep(d)
+        }
+
+    packages = folders(PACKAGE, lambda d: (d / "__init__.py").exists() and d.name != "templates")
+    test_folders = folders(tests, lambda d: d.relative_to(tests).parts[0] not in NOT_PACKAGES)
+    assert packages - FOLDED - test_folders == set(), "packages without a folder of tests"
+    assert test_folders - packages == set(), "test folders that mirror no package"
+    for folder in test_folders:
+        modules = [m for m in (PACKAGE / folder).glob("*.py") if m.name != "__init__.py"]
+        if modules:  # a package of packages (jpfs/services) holds only theirs
+            assert list((tests / folder).glob("test_*.py")), f"tests/{folder} holds no tests"

@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 

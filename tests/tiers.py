@@ -41,13 +41,11 @@ _DAEMON_VERBS = frozenset({"start", "run", "stop"})
 # randomized comparison of two committers, a storm of signals at ten child processes.
 SLOW_TESTS: dict[str, frozenset[str]] = {
     "tests/test_bench_smoke.py": frozenset(),
-    "tests/adapters/test_packaging.py": frozenset(
-        {"test_the_wheel_installs_and_runs_the_readmes_example"}
-    ),
-    "tests/infra/test_committer_differential.py": frozenset(
+    "tests/test_packaging.py": frozenset({"test_the_wheel_installs_and_runs_the_readmes_example"}),
+    "tests/infra/committer/test_committer_differential.py": frozenset(
         {"test_fast_and_reference_committers_make_the_same_commits"}
     ),
-    "tests/services/test_daemon_signals.py": frozenset(
+    "tests/services/daemon/test_daemon_signals.py": frozenset(
         {"test_signals_landing_in_the_reconcilers_wait_never_strand_it"}
     ),
 }

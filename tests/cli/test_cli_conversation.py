@@ -12,7 +12,7 @@ import pytest
 from jpfs.core import record
 from jpfs.core.workspace import open_workspace
 from tests.conftest import git, grep_brief, jpfs_subprocess, rgit
-from tests.infra.test_untracked import settled
+from tests.infra.git.test_untracked import settled
 
 CONV = "conversations"
 

@@ -80,7 +80,7 @@ def test_no_false_positive_on_ordinary_code() -> None:
     """jpfs's own sources, docs, benches and templates: thousands of lines of code that
     talk about keys, tokens and PEM markers, and hold none."""
     scanned = 0
-    for top in ("jpfs", "bench", "protocol", "templates", "README.md", "tests/adapters"):
+    for top in ("jpfs", "bench", "protocol", "templates", "README.md", "tests/docs"):
         path = ROOT / top
         for file in [path] if path.is_file() else sorted(path.rglob("*")):
             if file.suffix not in (".py", ".md", ".toml", ".json") or not file.is_file():

@@ -1,4 +1,4 @@
-"""The fenced code blocks of README.md and protocol/*.md, for ``tests/adapters/test_docs.py``.
+"""The fenced code blocks of README.md and protocol/*.md, for ``tests/docs/test_docs.py``.
 
 A block is found by its opening fence (three or more backticks or tildes, indented by
 at most a list item's indentation) and ends at the first closing fence of the same

@@ -1,5 +1,5 @@
 """Handlers for the steering blocks of protocol/mail.md and protocol/lifecycle.md
-(registered in ``tests/adapters/test_docs.py``'s ``DOCS``)."""
+(registered in ``tests/docs/test_docs.py``'s ``DOCS``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
-from tests.adapters.docblocks import Block
 from tests.conftest import git
+from tests.docs.docblocks import Block
 
 BIN = Path(sys.executable).parent
 

@@ -1,5 +1,5 @@
 """Handlers for the blocks of protocol/agents.md's "Thinking" and "What the model sees
-and what the record keeps" (registered in ``tests/adapters/test_docs.py``'s ``DOCS``)."""
+and what the record keeps" (registered in ``tests/docs/test_docs.py``'s ``DOCS``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 import pytest
 
-from tests.adapters.docblocks import Block
 from tests.conftest import git
+from tests.docs.docblocks import Block
 
 BIN = Path(sys.executable).parent
 

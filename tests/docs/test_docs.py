@@ -3,7 +3,7 @@ checked here, verbatim.
 
 How it works
 ------------
-:mod:`tests.adapters.docblocks` finds every block (file, line, info string, text). ``DOCS`` below
+:mod:`tests.docs.docblocks` finds every block (file, line, info string, text). ``DOCS`` below
 maps each block, by its key (file + a hash of its info string and text, so any edit of
 a block shows up), to a handler that runs or checks it, or to :class:`Excused` with the reason it
 cannot run here. A block without an entry fails ``test_doc_block`` with "add a handler
@@ -78,10 +78,10 @@ from typing import Any
 
 import pytest
 
-from tests.adapters import docs_steering as steering
-from tests.adapters import docs_thinking as thinking
-from tests.adapters.docblocks import ROOT, Block, blocks
 from tests.conftest import git, wait_until, write_profile
+from tests.docs import docs_steering as steering
+from tests.docs import docs_thinking as thinking
+from tests.docs.docblocks import ROOT, Block, blocks
 from tests.messages_server import (
     Answer,
     JsonDict,
@@ -1541,11 +1541,11 @@ PROVENANCE = "protocol/provenance.md"
 
 
 def provenance_scenario(env: Env) -> Shell:
-    """tests/adapters/blame_scenario.py's project, its implementer on the doc's model:
+    """tests/services/views/blame_scenario.py's project, its implementer on the doc's model:
     ``impl``, asked ``alpha``, wrote notes.txt and rewrote line 2 of shared.txt on its
     branch (not merged yet). The shell's last id is that conversation's."""
-    from tests.adapters.blame_scenario import IMPL, add_project, conversation_in
     from tests.conftest import write_profile
+    from tests.services.views.blame_scenario import IMPL, add_project, conversation_in
 
     ws = add_project(workspace(env))
     write_profile(ws, "impl", IMPL.replace('"script-impl"', '"claude-sonnet-4-6"'), allowed=True)
@@ -1577,7 +1577,7 @@ def shown_edit_commit(block: Block, shell: Shell, message: str) -> None:
 def shown_blame_json(block: Block, shell: Shell, out: str) -> None:
     """The real line is the block's object: the keys the Output table names, in this
     order, and the same values but for the commit's id and time, and the event's number."""
-    from tests.adapters.blame_scenario import event_that_wrote
+    from tests.services.views.blame_scenario import event_that_wrote
 
     ws, conv = Path(shell.workspace_path()), shell.conversation_id()
     (doc,) = json.loads(substitute(block.text, shell))
@@ -1624,7 +1624,7 @@ def provenance_followed(block: Block, env: Env) -> None:
         assert f"Jpfs-Merged: {sh.conversation_id()}\n" in message, message
 
     def explained(sh: Shell, d: Done) -> None:
-        from tests.adapters.blame_scenario import event_that_wrote
+        from tests.services.views.blame_scenario import event_that_wrote
 
         conv = sh.conversation_id()
         event, turn = event_that_wrote(Path(sh.workspace_path()), conv, "shared.txt")
@@ -1868,7 +1868,7 @@ def registered(block: Block) -> Entry:
         was = [e.key for e in DOCS if e.path == block.path and block.first.startswith(e.first)]
         pytest.fail(
             f"{block.where}: the ```{block.info} block `{block.first}` (key {block.key}) is not"
-            f" tested: add a handler or a reason to DOCS in tests/adapters/test_docs.py:\n"
+            f" tested: add a handler or a reason to DOCS in tests/docs/test_docs.py:\n"
             f'    Entry("{block.path}", "{block.digest}", "{block.first[:30]}", ...),'
             + (
                 f"\n(if it is the block of {', '.join(was)}, look again at what it says)"

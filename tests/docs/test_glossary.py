@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapters.docblocks import parse
+from tests.docs.docblocks import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 GLOSSARY = ROOT / "protocol" / "glossary.md"

@@ -23,7 +23,6 @@ import anyio
 import jpfs
 from jpfs import api
 from jpfs.core.workspace import open_workspace
-from tests.adapters.test_mcp import call, serve
 from tests.conftest import (
     Result,
     allow_agents,
@@ -34,6 +33,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.hostile.conftest import busy, start_conversation, status
+from tests.mcp.test_mcp import call, serve
 from tests.messages_server import (
     JsonDict,
     MessagesServer,

@@ -18,7 +18,7 @@ import pytest
 from jpfs.infra.git import relay
 from tests.conftest import git
 from tests.gitservers import Peer
-from tests.infra.test_relay import relay_threads
+from tests.infra.git.test_relay import relay_threads
 
 pytestmark = pytest.mark.skipif(
     not hasattr(socket, "TCP_QUICKACK"), reason="the relay runs where TCP_QUICKACK exists"

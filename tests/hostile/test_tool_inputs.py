@@ -105,7 +105,7 @@ def test_the_same_bad_inputs_get_the_same_error_through_cli_tools_and_mcp(
     from jpfs.core.workspace import open_workspace
     from jpfs.errors import JpfsError
     from jpfs.tools.registry import build_tools
-    from tests.adapters.test_mcp import QUICK, call, serve
+    from tests.mcp.test_mcp import QUICK, call, serve
 
     write_profile(ws, "quick", QUICK, allowed=True)
     assert cli("c", "new", "a", "--no-activate").code == 0

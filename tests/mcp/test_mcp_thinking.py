@@ -10,10 +10,10 @@ from pathlib import Path
 import anyio
 
 from jpfs.core.conversation import Conversation
-from tests.adapters.test_mcp import ID, call, serve
 from tests.conftest import write_profile
+from tests.mcp.test_mcp import ID, call, serve
 from tests.messages_server import MessagesServer
-from tests.services.test_thinking import READS, THINKER, Reader, check_loop, make_files
+from tests.services.run.test_thinking import READS, THINKER, Reader, check_loop, make_files
 
 
 def test_a_thinking_sub_agent_through_mcp(

@@ -12,8 +12,8 @@ from typing import Any
 
 import anyio
 
-from tests.adapters.test_mcp import call, serve
 from tests.conftest import write_profile
+from tests.mcp.test_mcp import call, serve
 from tests.messages_server import Router, last_user_text
 from tests.seeds.conftest import RESEARCHER_PROMPT
 from tests.seeds.helpers import ID

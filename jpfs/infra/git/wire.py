@@ -8,7 +8,7 @@ costs 7.2 ms and 4.8 ms of CPU here (a program and its connectivity check); a lo
 This speaks a format git owns, so only the part needed: protocol version 2's
 ``ls-refs`` with ``ref-prefix`` arguments, and version 0's advertisement from a server
 that does not speak version 2 (filtered here by the same prefixes). The plain
-reference is ``git ls-remote``: ``tests/infra/test_wire.py`` checks that both list the
+reference is ``git ls-remote``: ``tests/infra/git/test_wire.py`` checks that both list the
 same refs from a real ``git daemon``, for generated ref sets. Only where git itself
 would connect to the URL's host directly is it used (:func:`jpfs.infra.git.relay.direct_urls`).
 """

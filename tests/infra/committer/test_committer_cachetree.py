@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jpfs.infra.committer.cachetree import CacheTree
-from tests.infra.test_committer import git, init_repo, write
+from tests.infra.committer.test_committer import git, init_repo, write
 
 
 def tree_payload(repo: Path) -> bytes:

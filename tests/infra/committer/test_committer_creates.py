@@ -14,12 +14,12 @@ import jpfs.infra.committer.core as committer_core
 from jpfs.errors import ExistsError, FormatError, NotFoundError, ScopeError
 from jpfs.infra.committer import Change, Committer
 from tests.conftest import wait_until
-from tests.infra.test_committer import assert_consistent, changed_paths, git
+from tests.infra.committer.test_committer import assert_consistent, changed_paths, git
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    from tests.infra.test_committer import init_repo
+    from tests.infra.committer.test_committer import init_repo
 
     path = init_repo(tmp_path / "repo")
     (path / "events").mkdir()

@@ -19,7 +19,7 @@ import jpfs.infra.committer.core as committer_core
 from jpfs.infra.committer import Change, Committer
 from jpfs.infra.committer.maintenance import packs_by_size, rolled_up
 from tests.conftest import wait_until
-from tests.infra.test_committer import _isolated_git, assert_consistent, git, repo, write
+from tests.infra.committer.test_committer import _isolated_git, assert_consistent, git, repo, write
 
 __all__ = ["_isolated_git", "repo"]  # fixtures shared with test_committer
 

@@ -17,7 +17,7 @@ import jpfs.infra.committer.splitindex as splitindex
 from jpfs.infra.committer import Change, Committer
 from jpfs.infra.committer.splitindex import SplitPolicy
 from jpfs.infra.committer.splitlink import SplitCorrupt, ewah_decode, ewah_encode
-from tests.infra.test_committer import (  # noqa: F401  (the autouse fixture)
+from tests.infra.committer.test_committer import (  # noqa: F401  (the autouse fixture)
     _isolated_git,
     assert_consistent,
     git,

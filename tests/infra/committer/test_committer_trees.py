@@ -22,7 +22,7 @@ import jpfs.infra.committer.trees as trees
 import jpfs.infra.committer.worktree as worktree
 from jpfs.infra.committer import Change, Committer
 from tests.conftest import wait_until
-from tests.infra.test_committer import assert_consistent, git, init_repo, write
+from tests.infra.committer.test_committer import assert_consistent, git, init_repo, write
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from jpfs.infra import fsclock, indexepoch
 from jpfs.infra.committer import Change, Committer
 from jpfs.infra.git import untracked
 from tests.conftest import wait_until
-from tests.infra.test_committer import git, init_repo
+from tests.infra.committer.test_committer import git, init_repo
 
 
 @pytest.fixture

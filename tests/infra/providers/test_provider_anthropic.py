@@ -35,7 +35,7 @@ from tests.messages_server import (
     tool_use_reply,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WORKER = "jpfs-anthropic-request"
 
 

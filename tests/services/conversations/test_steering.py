@@ -28,8 +28,12 @@ from tests.messages_server import (
     tool_results,
     tool_use_reply,
 )
-from tests.services.test_daemon_helpers import DaemonProc, daemon_proc_fixture, write_in_place
-from tests.services.test_thinking import CALLER
+from tests.services.daemon.test_daemon_helpers import (
+    DaemonProc,
+    daemon_proc_fixture,
+    write_in_place,
+)
+from tests.services.run.test_thinking import CALLER
 
 STEPS = 12
 ORDER = "STOP AND REPORT what you read so far"

@@ -21,7 +21,12 @@ import pytest
 
 from jpfs.core.locks import is_locked
 from tests.conftest import git, rgit, running_daemon, wait_until
-from tests.services.test_daemon_helpers import leftovers, log_lines, setup_workspace, state_of
+from tests.services.daemon.test_daemon_helpers import (
+    leftovers,
+    log_lines,
+    setup_workspace,
+    state_of,
+)
 
 VIM = shutil.which("vim")
 CONV = "refactor"

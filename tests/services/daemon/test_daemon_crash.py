@@ -13,7 +13,7 @@ import pytest
 
 from jpfs.core.locks import is_locked
 from tests.conftest import git, rgit, wait_until
-from tests.services.test_daemon_helpers import (
+from tests.services.daemon.test_daemon_helpers import (
     DaemonProc,
     daemon_proc_fixture,
     fsck,

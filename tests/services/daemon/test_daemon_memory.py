@@ -11,7 +11,7 @@ import pytest
 
 from jpfs.services.daemon.process import MALLOC_ARENAS
 from tests.conftest import wait_until
-from tests.services.test_daemon_helpers import (
+from tests.services.daemon.test_daemon_helpers import (
     DaemonProc,
     daemon_proc_fixture,
     setup_workspace,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Result, jpfs_subprocess, wait_until
-from tests.services.test_daemon_helpers import setup_workspace, started_fixture, status
+from tests.services.daemon.test_daemon_helpers import setup_workspace, started_fixture, status
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from jpfs.services.daemon.watcher import (
     watch,
 )
 from tests.conftest import Result, no_thread_leak, rgit, wait_until
-from tests.services.test_daemon_helpers import (
+from tests.services.daemon.test_daemon_helpers import (
     roles,
     setup_workspace,
     state_of,

@@ -26,7 +26,7 @@ from tests.conftest import (
     running_daemon,
     wait_until,
 )
-from tests.services.test_daemon_helpers import setup_workspace, state_of, status
+from tests.services.daemon.test_daemon_helpers import setup_workspace, state_of, status
 
 Action = Callable[[Path, Callable[[str], None], Path], None]
 

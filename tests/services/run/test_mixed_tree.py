@@ -12,7 +12,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.adapters.test_mcp import call, serve
 from tests.chat_server import ChatServer, chat_server, chat_text, chat_text_of, chat_tool_calls
 from tests.chat_server import call as chat_call
 from tests.conftest import (
@@ -24,6 +23,7 @@ from tests.conftest import (
     wait_until,
     write_profile,
 )
+from tests.mcp.test_mcp import call, serve
 from tests.messages_server import (
     JsonDict,
     MessagesServer,

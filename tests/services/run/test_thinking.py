@@ -29,7 +29,11 @@ from tests.messages_server import (
     tool_results,
     tool_use_reply,
 )
-from tests.services.test_daemon_helpers import DaemonProc, daemon_proc_fixture, write_in_place
+from tests.services.daemon.test_daemon_helpers import (
+    DaemonProc,
+    daemon_proc_fixture,
+    write_in_place,
+)
 
 READS = 10
 THINKER = """

@@ -34,7 +34,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.messages_server import MessagesServer, last_user_text, text_reply
-from tests.services.test_sync_machines import clone, jpfs, seed_remote
+from tests.services.sync.test_sync_machines import clone, jpfs, seed_remote
 
 
 def engine_at(path: Path) -> SyncEngine:

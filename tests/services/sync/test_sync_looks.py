@@ -24,7 +24,7 @@ from jpfs.services.sync.engine import SyncEngine
 from jpfs.services.sync.leases import LEASE_NS, lease_ref
 from tests.conftest import Result, clone_sharing, git, share_record
 from tests.gitservers import GitDaemon
-from tests.services.test_sync_claims import commit_in_record
+from tests.services.sync.test_sync_claims import commit_in_record
 
 Shared = tuple[Path, SyncEngine, SyncEngine, GitDaemon]
 

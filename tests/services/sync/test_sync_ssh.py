@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import git, jpfs_subprocess, wait_until
 from tests.gitservers import Sshd, sshd_missing
 from tests.messages_server import MessagesServer, text_reply
-from tests.services.test_sync_machines import (
+from tests.services.sync.test_sync_machines import (
     assistant_turns,
     fsck,
     jpfs,

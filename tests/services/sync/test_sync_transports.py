@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import git, held_leases, wait_until
 from tests.gitservers import GitDaemon, SmartHttp, Sshd
 from tests.messages_server import MessagesServer, last_user_text, text_reply
-from tests.services.test_sync_machines import (
+from tests.services.sync.test_sync_machines import (
     TASK_RE,
     assistant_turns,
     fsck,
@@ -30,7 +30,7 @@ from tests.services.test_sync_machines import (
     status,
     stop_daemon,
 )
-from tests.services.test_sync_ssh import new_workspace, require_sshd
+from tests.services.sync.test_sync_ssh import new_workspace, require_sshd
 
 CONVERSATIONS = 12
 LEASE = 8.0
@@ -209,7 +209,7 @@ def test_sync_relay_false_reaches_a_git_remote_straight(tmp_path: Path) -> None:
 def test_the_first_jpfs_sync_to_an_empty_remote(
     tmp_path: Path, transport: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every transport from the first sync (issue #49; SSH: tests/services/test_sync_ssh.py)."""
+    """Every transport from the first sync (issue #49; SSH: tests/services/sync/test_sync_ssh.py)."""
     srv = tmp_path / "srv"
     srv.mkdir()
     git(srv, "init", "-q", "--bare", "-b", "main", "remote.git")

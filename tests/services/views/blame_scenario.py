@@ -13,7 +13,7 @@ from typing import Any
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import open_workspace
 from tests.conftest import Result, git, write_profile
-from tests.services.test_branches import OUTER, TOP  # a branch agent forking on its branch
+from tests.services.forks.test_branches import OUTER, TOP  # a branch agent forking on its branch
 
 IMPL = """
 model = "script-impl"

@@ -19,15 +19,15 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from jpfs.errors import JpfsError
 from jpfs.services.views import provenance
-from tests.adapters.blame_scenario import (
+from tests.conftest import Result, git, write_profile
+from tests.services.forks.test_branches import tool_call
+from tests.services.views.blame_scenario import (
     add_project,
     assert_written_by,
     blame_json,
     child_of,
     run,
 )
-from tests.conftest import Result, git, write_profile
-from tests.services.test_branches import tool_call
 
 # Asks one onboarding question before it edits shared.txt.
 ASKER = """

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from jpfs.services.views import provenance
-from tests.adapters.blame_scenario import (
+from tests.conftest import Result, git, write_profile
+from tests.services.forks.test_branches import tool_call
+from tests.services.views.blame_scenario import (
     IMPL,
     add_project,
     assert_written_by,
@@ -20,8 +22,6 @@ from tests.adapters.blame_scenario import (
     child_of,
     run,
 )
-from tests.conftest import Result, git, write_profile
-from tests.services.test_branches import tool_call
 
 
 @pytest.fixture

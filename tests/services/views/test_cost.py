@@ -536,7 +536,7 @@ def test_mcp_jp_query_carries_the_runs_usage_and_a_budget_error(
 ) -> None:
     import anyio
 
-    from tests.adapters.test_mcp import serve
+    from tests.mcp.test_mcp import serve
 
     setup(ws, child=CHILD)
     api_env.responder = (

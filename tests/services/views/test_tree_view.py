@@ -10,7 +10,7 @@ from jpfs.core import locks
 from jpfs.core.workspace import open_workspace
 from jpfs.services.conversations import lifecycle
 from tests.conftest import Result
-from tests.services.test_daemon_helpers import setup_workspace
+from tests.services.daemon.test_daemon_helpers import setup_workspace
 
 
 def make_tree(ws: Path, cli: Callable[..., Result]) -> dict[str, str]:
@@ -64,7 +64,7 @@ def test_tree_shows_state_agent_model_tokens_and_last_line(
 
 def test_tree_text_and_top_frames(ws: Path, cli: Callable[..., Result]) -> None:
     ids = make_tree(ws, cli)
-    text = cli("tree", "--full-ids")  # short ids: tests/adapters/test_cli_ids.py
+    text = cli("tree", "--full-ids")  # short ids: tests/cli/test_cli_ids.py
     assert text.code == 0
     lines = text.stdout.splitlines()
     assert lines[0].split() == [

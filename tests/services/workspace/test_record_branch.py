@@ -358,7 +358,7 @@ def test_is_held_never_takes_the_lock(tmp_path: Path) -> None:
 def test_fifty_user_commits_while_the_daemon_runs_twenty_conversations(
     ws: Path, cli: Callable[..., Result]
 ) -> None:
-    from tests.services.test_daemon_helpers import setup_workspace, state_of
+    from tests.services.daemon.test_daemon_helpers import setup_workspace, state_of
 
     setup_workspace(ws, default_agent="helper", delay=0.02)
     git(ws, "add", ".gitignore")
@@ -411,7 +411,7 @@ def user_commit(ws: Path, k: int) -> list[str]:
 
 # -- protocol/record.md, run verbatim ----------------------------------------------------------
 
-DOC = Path(__file__).resolve().parents[2] / "protocol" / "record.md"
+DOC = Path(__file__).resolve().parents[3] / "protocol" / "record.md"
 
 
 def sh_blocks(path: Path) -> list[str]:
@@ -504,7 +504,7 @@ def test_a_custom_record_branch_name_is_used(repo: Path, cli: Callable[..., Resu
 
 
 def test_a_staged_file_survives_daemon_activity(ws: Path, cli: Callable[..., Result]) -> None:
-    from tests.services.test_daemon_helpers import setup_workspace, state_of
+    from tests.services.daemon.test_daemon_helpers import setup_workspace, state_of
 
     setup_workspace(ws, default_agent="helper")
     (ws / "staged.txt").write_text("mine\n", encoding="utf-8")
