@@ -26,9 +26,8 @@ real model.
   sizes: with 36 (the issue's shape) three daemons run three waves, and the start (the
   writer's sync, the first fetch) and the end (the last results, pushed by all at once)
   weigh a third of their time; 108 measures the throughput of a fleet at work.
-* relay: one compare-and-swap push (a claim's shape: a lease ref) and one fetch of a new
-  commit over ``git://``, straight to ``git daemon`` and through jpfs's relay
-  (``jpfs.infra.git.relay``), interleaved; medians and the ratio.
+* round trips: the git processes that reach the remote (fetches and pushes: the steps
+  of ``jpfs.services.sync.stats.REMOTE_STEPS``), all daemons summed, per turn.
 * takeover: a daemon is SIGKILLed while its model call hangs; the time from the kill
   to the surviving daemon's model request for the same conversation (the lease is 3 s).
 * sync lag: a file written in one daemon clone's conversation, until it appears in the
@@ -67,6 +66,7 @@ from bench.common import (
     temp_dir,
     use_bytecode_cache,
 )
+from jpfs.services.sync.stats import REMOTE_STEPS
 
 AGENT = """\
 model = "claude-bench"
@@ -355,67 +355,6 @@ def lag(base: Path, server: Any, samples: int, transport: str, stack: ExitStack)
             stop(ws)
 
 
-def relay_latency(base: Path, rounds: int, stack: ExitStack) -> dict[str, float]:
-    """Push and fetch over ``git://``, straight and relayed (interleaved), in seconds."""
-    from jpfs.infra.git import relay, wire
-    from jpfs.infra.git import remote as gitremote
-    from jpfs.infra.git.remote import Update
-
-    url = serve(base, "git", stack)
-    ours, theirs = base / "ours", base / "theirs"
-    for repo in (ours, theirs):
-        git(base, "init", "-q", "-b", "main", str(repo))
-        git(repo, "remote", "add", "origin", url)
-    relays = stack.enter_context(relay.for_remote(ours, "origin"))
-    specs = ["+refs/heads/*:refs/got/heads/*", "+refs/jpfs/leases/*:refs/got/leases/*"]
-    times: dict[str, list[float]] = {}
-    for n in range(rounds):
-        for name, via in (("straight", ()), ("relayed", relays.settings)):
-            git(ours, "commit", "-q", "--allow-empty", "-m", f"{name} {n}")
-            head = git(ours, "rev-parse", "HEAD").strip()
-            update = Update(f"refs/jpfs/leases/{name}-{n}", head, None)
-            began = time.perf_counter()
-            assert gitremote.push(ours, "origin", [update], via=via).ok
-            times.setdefault(f"push {name}", []).append(time.perf_counter() - began)
-            began = time.perf_counter()
-            gitremote.fetch(theirs, "origin", [f"+{update.ref}:refs/got/{name}"], via=via)
-            times.setdefault(f"fetch {name}", []).append(time.perf_counter() - began)
-        # What a sync cycle does when the remote holds nothing new: a fetch (relayed)
-        # that brings nothing, or a look (jpfs.services.sync.looks); wall and our CPU.
-        for name, call in (
-            ("idle fetch", lambda: gitremote.fetch(theirs, "origin", specs, via=relays.settings)),
-            ("look", lambda: wire.list_refs(url, ["refs/heads/", "refs/jpfs/leases/"])),
-        ):
-            call()  # brings this round's new refs: the one timed finds nothing new
-            began, cpu = time.perf_counter(), own_cpu()
-            call()
-            times.setdefault(name, []).append(time.perf_counter() - began)
-            times.setdefault(f"{name} cpu", []).append(own_cpu() - cpu)
-    medians = {key: percentile(values, 50) for key, values in times.items()}
-    print_table(
-        f"git:// to git daemon on 127.0.0.1, straight vs through the relay ({rounds} each)",
-        ["", "straight", "relayed", "straight / relayed"],
-        [
-            [
-                what,
-                f"{medians[f'{what} straight'] * 1000:.1f} ms",
-                f"{medians[f'{what} relayed'] * 1000:.1f} ms",
-                f"{medians[f'{what} straight'] / medians[f'{what} relayed']:.1f}x",
-            ]
-            for what in ("push", "fetch")
-        ],
-    )
-    print_table(
-        f"a sync cycle with nothing new: a fetch (relayed) vs a look in the process ({rounds} each)",
-        ["", "wall", "our cpu (with git's)"],
-        [
-            [what, f"{medians[what] * 1000:.1f} ms", f"{medians[f'{what} cpu'] * 1000:.2f} ms"]
-            for what in ("idle fetch", "look")
-        ],
-    )
-    return {f"{key.replace(' ', '_')}_s": value for key, value in medians.items()}
-
-
 def own_cpu() -> float:
     """CPU seconds of this process and the children it reaped (git)."""
     self_, children = (
@@ -490,6 +429,18 @@ def scaling(
             for n, found in spent.items()
         ],
     )
+    # Round trips per turn: each of these steps is one git process reaching the remote.
+    trips = {
+        n: sum(found.get(s, {}).get("count", 0.0) for s in REMOTE_STEPS) / count
+        for n, found in spent.items()
+        if n
+    }
+    print_table(
+        "git processes reaching the remote per turn, all daemons summed"
+        " (fetch, push, renew, claim-push, claim-fetch, give-back, sweep)",
+        ["daemons", "per turn"],
+        [[str(n), f"{per:.2f}"] for n, per in trips.items()],
+    )
     alone = took.pop(0)
     return {
         "conversations": count,
@@ -499,6 +450,7 @@ def scaling(
         "throughput": {str(n): {"seconds": t, "per_s": count / t} for n, t in took.items()},
         "scaling": {str(n): took[1] / t for n, t in took.items()},
         "timings": {str(n) if n else "alone": found for n, found in spent.items()},
+        "remote_processes_per_turn": {str(n): per for n, per in trips.items()},
     }
 
 
@@ -531,8 +483,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with temp_dir("jpfs-bench-sync-") as base, MessagesServer() as server, ExitStack() as stack:
         use_bytecode_cache(base / "pycache")
         server.responder = lambda request: (time.sleep(turn), text_reply("Done."))[1]
-        if args.transport == "git":
-            results["relay"] = relay_latency(base / "relay", 10 if args.quick else 30, stack)
         sizes = [
             scaling(base / f"n{count}", server, count, turn, args.transport, args.daemons, rounds)
             for count in counts

@@ -29,7 +29,6 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -442,39 +441,3 @@ def _children(pid: int) -> list[int]:
             found.append(int(entry.parent.name))
     return found
 
-
-class Peer:
-    """A TCP server on 127.0.0.1 whose every connection is handled by ``behave`` on a
-    thread of its own: a remote (or client) that misbehaves as a test needs."""
-
-    def __init__(self, behave: Callable[[socket.socket], None]) -> None:
-        self.behave = behave
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.sock.getsockname()[1])
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def url(self, name: str = "remote.git") -> str:
-        return f"git://127.0.0.1:{self.port}/{name}"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                self.behave(conn)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept(); close alone may not
-        self.sock.close()
-        self.thread.join(10)
-        assert not self.thread.is_alive()

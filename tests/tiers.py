@@ -28,7 +28,7 @@ import pytest
 
 # What starts a process or a server: tests/conftest.py's daemon, tests/gitservers.py's
 # servers, test_daemon_helpers' daemon process.
-SLOW_NAMES = frozenset({"running_daemon", "DaemonProc", "GitDaemon", "SmartHttp", "Sshd", "Peer"})
+SLOW_NAMES = frozenset({"running_daemon", "DaemonProc", "GitDaemon", "SmartHttp", "Sshd"})
 # The local API servers, made by a test or a fixture (a name in an annotation is no server).
 SERVERS = frozenset({"MessagesServer", "ChatServer"})
 # Fixtures named for clarity, or whose need is not in their code: the API servers (and

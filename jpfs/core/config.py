@@ -58,11 +58,6 @@ SCHEMA: dict[str, Key] = {
     "sync.lease": Key((int, float), 30.0, "seconds a lease lasts without renewal"),
     "sync.machine": Key(str, "", "this clone's name in leases and trailers (default: host-path)"),
     "sync.scan": Key(bool, True, "refuse to push a record that holds a recognised secret"),
-    "sync.relay": Key(
-        bool,
-        True,
-        "relay git:// connections and look at its refs in process (no stalls, fewer fetches)",
-    ),
     "prices": Key(
         dict,
         {},

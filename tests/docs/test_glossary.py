@@ -34,7 +34,7 @@ NOUNS = (
     "agents.allowed", "trust", "daemon", "reconciler", "run", "run lock", "turn",
     "tool loop", "fork", "branch workspace", "worktree", "merge", "budget", "usage",
     "price", "prompt cache", "breakpoint", "view", "cut", "context window", "thinking",
-    "preserved thinking", "steering", "note", "interrupt", "sync", "remote", "relay",
+    "preserved thinking", "steering", "note", "interrupt", "sync", "remote",
     "tombstone", "incarnation", "trailers", "provenance", "blame", "template",
     "batch onboarding", "redaction", "scope", "subtree", "hidden", "killed", "failed",
 )  # fmt: skip

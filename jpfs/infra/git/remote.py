@@ -141,7 +141,7 @@ def fetch(
     brought): offered first and alone as common ground, so the fetch needs one round
     of negotiation, not one per batch of the local commits the remote lacks (each
     round trip is ~40 ms on a TCP transport). ``via``: git settings for reaching the
-    remote (:attr:`jpfs.infra.git.relay.Relays.settings`)."""
+    remote (:attr:`jpfs.infra.git.ssh.SshCommand.settings`)."""
     # The sync loop fetches every few seconds: no `maintenance --auto` process after each
     # (the committer runs git's housekeeping itself); and only the refs the refspecs name
     # (`--refmap=`): git would also update refs/remotes/<remote>/*, which a user's own

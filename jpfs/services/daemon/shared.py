@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 from jpfs.core import record
@@ -53,20 +52,17 @@ class SharedRecord:
         claims.adopt(self.engine, ws)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._idle_since: float | None = None  # since when no run went or waited here
 
     def start(self) -> None:
-        relayed = self.engine.relays.upstreams
         log.info(
-            "sharing the record through %s as %s (incarnation %s)%s",
+            "sharing the record through %s as %s (incarnation %s)",
             self.engine.remote,
             self.engine.machine,
             self.engine.incarnation,
-            f"; git:// to {', '.join(relayed)} relayed in process" if relayed else "",
         )
         self._thread = threading.Thread(
             target=cycling.run,
-            args=(self.engine, self._stop, self._wants_work, self.pool.starting),
+            args=(self.engine, self._stop, self.pool.starting),
             name="jpfs-sync",
             daemon=True,
         )
@@ -79,20 +75,6 @@ class SharedRecord:
         if self._thread is not None:
             self._thread.join(60.0)
         self.engine.close()
-
-    def _wants_work(self) -> bool:
-        """Nothing has run or waited here for a ``sync.interval``: new work would start
-        at once. (A daemon with runs of its own finds its next work in the record it
-        has; and one whose runs just ended is at the end of a burst, where its looks
-        would only contend with the peers pushing their last results.)"""
-        jobs, queued = self.pool.snapshot()
-        now = time.monotonic()
-        if jobs or queued:
-            self._idle_since = None
-            return False
-        if self._idle_since is None:
-            self._idle_since = now
-        return now - self._idle_since >= self.engine.interval
 
     def take(self, conv: Conversation, verdict: Verdict, held: contextlib.ExitStack) -> Verdict:
         """Claim ``conv`` and do what needs no model (adopt, record an error); the

@@ -22,6 +22,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
@@ -52,7 +53,7 @@ class Engine(Protocol):
     branch: str
     machine: str
     track_record: str
-    via: tuple[str, ...]  # git settings for reaching the remote (a relay)
+    via: tuple[str, ...]  # git settings for reaching the remote (the SSH command)
     observed_at: float  # when the fetch whose leases the book holds began
     book: LeaseBook
     stats: SyncStats
@@ -73,11 +74,7 @@ class Claimer:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.book = engine.book
-        self.batch = ClaimBatch(
-            lambda updates: gitremote.push(
-                engine.repo, engine.remote, updates, atomic=False, via=engine.via
-            )
-        )
+        self.batch = ClaimBatch(self._push)
         # Claims fetch the record into refs of their own: no wait on the cycle's fetch.
         self.probes = Probes(
             engine.repo,
@@ -91,6 +88,12 @@ class Claimer:
         # How old a view of an absent lease may be: shorter than any machine's tombstones
         # live (leases.TOMBSTONE_MIN_AGE), whatever each one's sync.lease.
         self.fresh = min(self.book.duration / 2, FRESH_MAX)
+
+    def _push(self, updates: Sequence[Update]) -> gitremote.PushResult:
+        """One push of the claims made together (each won or lost alone)."""
+        engine = self.engine
+        with engine.timings.step("claim-push"):
+            return gitremote.push(engine.repo, engine.remote, updates, atomic=False, via=engine.via)
 
     def claim(self, conv_id: str, *, looked: bool = False) -> bool:
         engine, book = self.engine, self.book
@@ -195,12 +198,13 @@ class Claimer:
             return
         previous = lease.previous.oid if lease.previous is not None else None
         try:
-            done = gitremote.push(
-                self.engine.repo,
-                self.engine.remote,
-                [Update(lease.ref, previous, lease.oid)],
-                via=self.engine.via,
-            )
+            with self.engine.timings.step("give-back"):
+                done = gitremote.push(
+                    self.engine.repo,
+                    self.engine.remote,
+                    [Update(lease.ref, previous, lease.oid)],
+                    via=self.engine.via,
+                )
         except JpfsError:
             done = None
         if done is not None and done.ok:

@@ -23,25 +23,21 @@ _STARTING_POLL = 0.005
 def run(
     engine: SyncEngine,
     stop: threading.Event,
-    wanted: Callable[[], bool] | None = None,
     starting: Callable[[], bool] | None = None,
 ) -> None:
-    """Cycle until ``stop``: every ``interval``, or at once when woken. ``wanted()``:
-    whether the daemon is idle (new work would start at once); while it is, the remote
-    is looked at every quarter ``interval`` between cycles, and a cycle starts when its
-    record moved (:mod:`jpfs.services.sync.looks`). ``starting()``: whether a run is
-    about to start here; a cycle waits for those first (:func:`wait_started`), at most
-    an ``interval``, and not while a lease held would meanwhile go half its duration
-    without a renewal."""
-    after = "due"
+    """Cycle until ``stop``: every ``interval``, or at once when woken (a run ended).
+    ``starting()``: whether a run is about to start here; a cycle waits for those first
+    (:func:`wait_started`), at most an ``interval``, and not while a lease held would
+    meanwhile go half its duration without a renewal."""
+    woken = False
     while not stop.is_set():
         engine.wake.clear()
         if starting is not None and not engine.book.urgent(time.monotonic() + engine.interval):
             wait_started(starting, stop, engine.interval)
         began, failed = time.monotonic(), True
         try:
-            # Woken: a run ended, its work to push; moved: a look found news to fetch.
-            engine.sync_once(eager=after == "woken", look=after == "due")
+            # Woken: a run ended, its work to push.
+            engine.sync_once(eager=woken)
             engine.sweep()
             engine.stats.last_error = ""
             failed = False
@@ -59,28 +55,13 @@ def run(
         # not one plus a cycle), at least a quarter of it apart; after a failure, a
         # whole interval from its end.
         spent = time.monotonic() - began
-        after = wait_cycle(
-            engine,
-            engine.interval if failed else max(engine.interval / 4, engine.interval - spent),
-            None if failed else wanted,
+        woken = engine.wake.wait(
+            engine.interval if failed else max(engine.interval / 4, engine.interval - spent)
         )
     try:
         engine.sync_once()  # hand back what we hold
     except JpfsError as exc:
         log.warning("sync at stop: %s", exc)
-
-
-def wait_cycle(engine: SyncEngine, seconds: float, wanted: Callable[[], bool] | None) -> str:
-    """Until the next cycle is due (``"due"``: ``seconds`` passed), ``"woken"`` (a run
-    ended, or stop) or ``"moved"``: the remote's record moved while ``wanted()``."""
-    deadline = time.monotonic() + seconds
-    step = engine.interval / 4
-    while (left := deadline - time.monotonic()) > 0:
-        if engine.wake.wait(min(left, step)):
-            return "woken"
-        if wanted is not None and left > 1.5 * step and wanted() and engine.looks.record_moved():
-            return "moved"
-    return "due"
 
 
 def wait_started(starting: Callable[[], bool], stop: threading.Event, seconds: float) -> None:

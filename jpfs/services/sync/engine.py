@@ -24,7 +24,7 @@ from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
 from jpfs.errors import GitError
 from jpfs.infra import git
-from jpfs.infra.git import refs, relay, ssh, wire
+from jpfs.infra.git import refs, ssh
 from jpfs.infra.git import remote as gitremote
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
@@ -37,7 +37,6 @@ from jpfs.services.sync.leases import (
     read_value,
     timing,
 )
-from jpfs.services.sync.looks import Looks
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
 
@@ -69,38 +68,17 @@ class SyncEngine:
         self.branch = ws.record_branch
         self.repo = ws.root
         fetched_from = gitremote.check_remote(self.repo, self.remote)
-        # git:// answers come without delayed-ACK stalls through a relay of ours
-        # (jpfs.infra.git.relay); every git command that reaches the remote uses ``via``.
-        # A git:// remote is also looked at in the process (jpfs.services.sync.looks):
-        # a cycle fetches only when there is something new, and an idle daemon looks
-        # between cycles.
-        direct = relay.direct_urls(self.repo, self.remote) if ws.config["sync.relay"] else []
-        self.relays = relay.for_remote(self.repo, self.remote, direct)
         # The user's SSH command with BatchMode, and for an SSH remote one connection
-        # shared by every fetch, push and claim (jpfs.infra.git.ssh).
+        # shared by every fetch, push and claim (jpfs.infra.git.ssh); every git command
+        # that reaches the remote uses ``via``.
         urls = (fetched_from, *gitremote.push_urls(self.repo, self.remote))
         self.ssh = ssh.command_for(self.repo, ws.local_dir, share=share and ssh.any_ssh(urls))
-        self.via = (*self.relays.settings, *self.ssh.settings)
+        self.via = self.ssh.settings
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
-        # The cycle's own pushes keep the tracking refs of the leases they write up to
-        # date, as a fetch would (git updates the tracking ref a fetch refspec maps a
-        # pushed ref to): so the next look finds nothing new. Only the cycle's: its
-        # fetches run on the same thread, and a fetch fails on a tracking ref that
-        # moved under it (claims push from the workers' threads, without).
-        tracking = f"remote.{self.remote}.fetch=+{LEASE_NS}*:{self.track_leases}*"
-        self.cycle_via = (*self.via, tracking)
         self.book = LeaseBook(self.repo, self.machine, self.incarnation, lease)
         self.stats = SyncStats()
         self.timings = Timings()
-        self.looks = Looks(
-            wire.url_for(direct, fetched_from),
-            self.repo,
-            self.branch,
-            (self.track_record, self.track_leases),
-            timeout=min(10.0, max(1.0, self.interval)),
-            timings=self.timings,
-        )
         self.on_lost = on_lost or (lambda conv_id: None)
         self.on_moved = on_moved or (lambda before, after: None)  # a peer's record taken in
         self.wake = threading.Event()
@@ -131,7 +109,7 @@ class SyncEngine:
 
     # -- one cycle ---------------------------------------------------------------------------
     def sync_once(
-        self, *, push: bool = True, eager: bool = False, observe: bool = True, look: bool = True
+        self, *, push: bool = True, eager: bool = False, observe: bool = True
     ) -> Integration:
         """Fetch, integrate, push (retrying when a peer pushed in between).
 
@@ -141,18 +119,16 @@ class SyncEngine:
         fetch before it costs a round trip on every result, and at the end of a burst,
         when several machines push at once, it widens each one's window to be overtaken.
         ``observe``: the cycle leaves a view of the leases no older than ``interval``
-        (a daemon's claims rely on it; ``jpfs sync`` holds none). ``look``: the fetch
-        first asks whether there is anything to fetch (:meth:`fetch`); most cycles find
-        nothing new, which a look says for less."""
+        (a daemon's claims rely on it; ``jpfs sync`` holds none)."""
         if push and eager and self._ahead():
             if self.push():
                 if not observe or time.monotonic() - self.observed_at < self.interval:
                     return Integration("up-to-date")
-                outcome = self.pull(look=look)  # and push below what it merged, if any
+                outcome = self.pull()  # and push below what it merged, if any
             else:
                 outcome = self.pull(fetched=True)  # the failed push fetched theirs
         else:
-            outcome = self.pull(look=look)
+            outcome = self.pull()
             if not push:
                 return outcome
         for _attempt in range(_PUSH_ATTEMPTS):
@@ -180,15 +156,14 @@ class SyncEngine:
             return False
         return refs.is_ancestor(self.repo, theirs, ours)
 
-    def pull(self, *, fetched: bool = False, look: bool = False) -> Integration:
-        """Fetch (unless ``fetched``: a failed push just did; ``look``: see
-        :meth:`fetch`) and integrate."""
+    def pull(self, *, fetched: bool = False) -> Integration:
+        """Fetch (unless ``fetched``: a failed push just did) and integrate."""
         with self._pulling:
             # What pull_since asks about: when the fetch this pull integrates began (with
             # the pull held and on the cycle's thread, no other fetch is in flight).
             started = self._fetch_started if fetched else time.monotonic()
             if not fetched:
-                self.fetch(look=look)
+                self.fetch()
             self._pull_started = started
             theirs = refs.resolve(self.repo, self.track_record)
             if theirs is None:
@@ -231,22 +206,12 @@ class SyncEngine:
                 return self._last_pull
             return self.pull()
 
-    def fetch(self, *, look: bool = False) -> dict[str, str]:
-        """Fetch the remote's record and leases; returns its leases (ref -> value).
-        ``look``: list the remote's refs first, and fetch only if they are not the ones
-        a fetch left here (:mod:`jpfs.services.sync.looks`)."""
+    def fetch(self) -> dict[str, str]:
+        """Fetch the remote's record and leases; returns its leases (ref -> value)."""
         with self._fetching:  # git locks the tracking refs a fetch writes
             began = self._fetch_started = time.monotonic()
-            tracked = None
-            if look and self.looks.url is not None:
-                tracked = refs.messages_under(self.repo, self.track_leases)
-                if self.looks.unchanged(tracked):
-                    self.stats.unreachable_since = 0.0  # it answered
-                else:
-                    tracked = None
-            if tracked is None:
-                self._fetch_refs()
-                tracked = refs.messages_under(self.repo, self.track_leases)
+            self._fetch_refs()
+            tracked = refs.messages_under(self.repo, self.track_leases)
             remote: dict[str, str] = {}
             released: dict[str, str] = {}
             peers: dict[str, int] = {}
@@ -330,7 +295,7 @@ class SyncEngine:
             if not updates:
                 return True
             with self.timings.step("push" if send else "renew"), self._reaching():
-                result = gitremote.push(self.repo, self.remote, updates, via=self.cycle_via)
+                result = gitremote.push(self.repo, self.remote, updates, via=self.via)
             if result.ok:
                 if send:
                     self._scanned.clear()  # pushed: theirs holds it now, never scanned again
@@ -404,10 +369,9 @@ class SyncEngine:
         self._swept = now
         stale = [Update(ref, None, oid) for ref, oid in self.book.tombstones(self.tombstone_age)]
         if stale:
-            gitremote.push(self.repo, self.remote, stale, atomic=False, via=self.cycle_via)
+            with self.timings.step("sweep"):
+                gitremote.push(self.repo, self.remote, stale, atomic=False, via=self.via)
 
     def close(self) -> None:
-        """Stop the relays and end the shared SSH connections (the engine's git
-        commands are done)."""
-        self.relays.close()
+        """End the shared SSH connections (the engine's git commands are done)."""
         self.ssh.close()

@@ -21,7 +21,6 @@ def status(engine: SyncEngine) -> dict[str, Any]:
         ahead = behind = -1  # the repository cannot say now; the cycle reports why
     return {
         "remote": engine.remote,
-        "relayed": engine.relays.upstreams,
         "machine": engine.machine,
         "incarnation": engine.incarnation,
         "ahead": ahead,

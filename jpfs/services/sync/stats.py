@@ -1,15 +1,20 @@
 """What a sync engine did (:class:`SyncStats`) and where its time went (:class:`Timings`:
 count and seconds per step), for ``daemon status`` and bench/.
 
-The steps are the ones that wait on the remote or on the record: ``look`` (the
-remote's refs listed in the process, :mod:`jpfs.services.sync.looks`), ``fetch``,
+The steps are the ones that wait on the remote or on the record: ``fetch``,
 ``integrate`` (a peer's record merged into ours), ``push`` (record and leases),
 ``renew`` (leases alone), ``claim`` (a lease's compare-and-swap, pushed with the claims
-made meanwhile), ``claim-known`` (a claim whose files needed nothing more: its release
-or a fresh view said so), ``claim-fetch`` (the record fetched after a claim, shared by
-claims made together), ``claim-pull`` (a merge before acting, when that fetch brought a
-change to the claimed conversation) and ``lost`` (claims the remote refused). ``jpfs
-daemon status --format json`` shows them under ``sync.timings``.
+made meanwhile), ``claim-push`` (one push of the claims made together), ``claim-known``
+(a claim whose files needed nothing more: its release or a fresh view said so),
+``claim-fetch`` (the record fetched after a claim, shared by claims made together),
+``claim-pull`` (a merge before acting, when that fetch brought a change to the claimed
+conversation), ``give-back`` (a lease put back at once, nothing done under it),
+``sweep`` (old released leases deleted) and ``lost`` (claims the remote refused).
+``jpfs daemon status --format json`` shows them under ``sync.timings``.
+
+The steps in :data:`REMOTE_STEPS` each run one git process that reaches the remote
+(one SSH session over a shared connection): their counts are what a turn costs in
+round trips (bench/bench_sync.py divides them by the turns).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+REMOTE_STEPS = ("fetch", "push", "renew", "claim-push", "claim-fetch", "give-back", "sweep")
 
 
 @dataclass
