@@ -196,7 +196,17 @@ def create_new(
     into place once whole: one directory entry instead of three (create, link, unlink),
     about half the cost of an event append, and nothing left behind by a crash.
     Without ``parents``, a missing directory is :class:`FileNotFoundError`, not made;
-    with ``root``, a directory that links outside it is :class:`FormatError`."""
+    with ``root``, a directory that links outside it is :class:`FormatError`, and one
+    that is a loop of links :class:`NotADirectoryError` (it names no directory)."""
+    try:
+        return _create(path, text, tmp_dir, parents, root)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise NotADirectoryError(errno.ENOTDIR, "a loop of links", str(path.parent)) from exc
+
+
+def _create(path: Path, text: str, tmp_dir: Path | None, parents: bool, root: Path | None) -> bool:
     if tmp_dir is None and _HAVE_PROC_FD:
         created = _create_unnamed(path, text.encode("utf-8"), parents, root)
         if created is not None:

@@ -293,6 +293,15 @@ def check_end(fast: Twin, reference: Twin) -> None:
     [("write", "conv/c", b"", False), ("commit", ("conv",), "s", (), None, (("conv/c/z", ""),))],
     (),
 )
+# Bug: a file to create under a link that loops (``conv/a/b -> b``) failed as
+# RepositoryFault in one and OSError (ELOOP) in the other, not NotFoundError.
+@example(
+    [
+        ("symlink", "conv/a/b", "b"),
+        ("commit", ("conv/a",), "s", (), None, (("conv/a/b/z", ""),)),
+    ],
+    (),
+)
 # A file staged by `git add`, then deleted, never committed: its entry stays (see
 # dirty_committed).
 @example(
