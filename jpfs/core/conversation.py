@@ -18,7 +18,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jpfs.core import frontmatter, ids
 from jpfs.core.eventlog import EVENT_RE as EVENT_RE
@@ -31,6 +31,9 @@ from jpfs.core.scope import CONVERSATION_TOML, check_path, conversation_path
 from jpfs.core.scope import TASK as TASK
 from jpfs.errors import ExistsError, FormatError, NotFoundError
 from jpfs.infra import textfile
+
+if TYPE_CHECKING:
+    from jpfs.core.agentconfig import AgentConfig
 
 QUESTIONS = "questions.md"
 ANSWERS = "answers.md"
@@ -57,6 +60,7 @@ class Conversation(EventLog):
         self.root = conv_root
         self.path = conversation_path(conv_root, self.id)
         self._config: dict[str, Any] | None = None
+        self._settings: AgentConfig | None = None
         self._agent: str | None = None
         self._listing = None
         self._events: str | None = None  # events_dir as a string, built once
@@ -137,6 +141,17 @@ class Conversation(EventLog):
                 return {}  # not written yet (a conversation being adopted): ask again
             self._config = cfg
         return self._config
+
+    @property
+    def settings(self) -> AgentConfig:
+        """:attr:`config`, typed (:func:`jpfs.core.agentconfig.view`)."""
+        # Imported here: a listing reads conversations without their configuration.
+        from jpfs.core import agentconfig
+
+        config = self.config
+        if self._settings is None or self._settings.raw is not config:
+            self._settings = agentconfig.view(config)
+        return self._settings
 
     @property
     def agent(self) -> str | None:

@@ -10,6 +10,7 @@ re-applied: a conversation keeps the configuration it was created with.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jpfs.core import models
+from jpfs.core import agentconfig, models
+from jpfs.core.agentconfig import SUB, TOP, AgentConfig
 from jpfs.core.config import parse_toml, parse_value, read_toml
 from jpfs.errors import ProfileError, ScopeError
 
@@ -26,57 +28,9 @@ PROVIDERS = ("anthropic", "command", "script", "openai")
 OPENAI_KEYS = ("base_url", "api_key_env")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-# key -> (type, default). Tables are checked one level deep.
-TOP: dict[str, tuple[type | tuple[type, ...], Any]] = {
-    "name": (str, ""),
-    "model": (str, None),
-    "provider": (str, "anthropic"),
-    "description": (str, ""),
-    "max_tokens": (int, 8192),
-    "timeout": ((int, float), 600.0),
-    "prompt_cache": (bool, True),
-    "workspace": (str, "shared"),
-    "overridable": (list, ["model"]),
-    "system": (dict, {}),
-    "tools": (dict, {}),
-    "limits": (dict, {}),
-    "onboarding": (dict, {}),
-    "command": (dict, {}),
-    "script": (dict, {}),
-    # provider = "openai": where the server is, and which variable holds its key.
-    "base_url": (str, None),
-    "api_key_env": (str, None),
-    # Thinking and the context window (jpfs.core.models): absent unless given.
-    "thinking": ((str, int), None),
-    "effort": (str, None),
-    "context_window": (int, None),
-}
 # Keys absent from a normalized profile unless given: a snapshot made before they
 # existed, or of a profile that does not set them, stays as it was.
 OPTIONAL_KEYS = (*OPENAI_KEYS, "thinking", "effort", "context_window")
-SUB: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
-    "tools": {
-        "allow": (list, []),
-        "agents": (list, []),
-        "write": (list, []),
-        "command": (list, []),
-        # Paths (globs) the file tools may read although git ignores them or their name
-        # is a well-known secret file's (jpfs.core.secrets).
-        "expose": (list, []),
-    },
-    "limits": {
-        "max_turns": (int, 20),
-        "max_children": (int, 8),
-        "max_depth": (int, 3),
-        # Unset (None) means no limit; a set one must be > 0 (see _POSITIVE).
-        "budget_tokens": (int, None),
-        "budget_usd": ((int, float), None),
-        "max_run_seconds": ((int, float), None),
-    },
-    "onboarding": {"enabled": (bool, False), "max_rounds": (int, 3)},
-    "command": {"argv": (list, []), "timeout": ((int, float), 600.0)},
-}
-
 
 # Limits that are absent unless set, and then bound something: 0 would stop every call.
 _POSITIVE = ("budget_tokens", "budget_usd", "max_run_seconds")
@@ -87,7 +41,7 @@ def _typename(t: type | tuple[type, ...]) -> str:
 
 
 def _check(where: str, key: str, value: Any, t: type | tuple[type, ...]) -> None:
-    if not isinstance(value, t) or (isinstance(value, bool) and t is not bool):
+    if not agentconfig.is_a(value, t):
         raise ProfileError(f"{where}: {key!r} must be {_typename(t)}, got {value!r}")
 
 
@@ -159,12 +113,17 @@ class Profile:
     config: dict[str, Any]
     source: str
 
+    @functools.cached_property
+    def settings(self) -> AgentConfig:
+        """:attr:`config`, typed."""
+        return agentconfig.view(self.config)
+
     @property
     def model(self) -> str:
-        return str(self.config["model"])
+        return self.settings.model
 
     def system_prompt(self) -> str:
-        return "\n\n".join(s.strip() for s in self.config["system"].values() if s.strip())
+        return "\n\n".join(s.strip() for s in self.settings.system if s.strip())
 
 
 def profile_path(agents_dir: Path, name: str) -> Path:
@@ -206,7 +165,7 @@ def apply_overrides(profile: Profile, overrides: Sequence[str]) -> dict[str, Any
     the policy.
     """
     config = copy.deepcopy(profile.config)
-    allowed = {str(k).removeprefix("assistant.") for k in config.get("overridable", [])}
+    allowed = {k.removeprefix("assistant.") for k in profile.settings.overridable}
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip().removeprefix("assistant.")
@@ -244,40 +203,41 @@ def admit(snapshot: Mapping[str, Any], profile: Profile) -> dict[str, Any]:
     the profile's; limits at most the profile's; the model the profile's unless the
     profile lets callers override it.
     """
-    granted = profile.config
-    config = normalize(snapshot, f"the [config] snapshot of a conversation of {profile.name!r}")
-    overridable = {str(k).removeprefix("assistant.") for k in granted.get("overridable", [])}
+    granted = profile.settings
+    normalized = normalize(snapshot, f"the [config] snapshot of a conversation of {profile.name!r}")
+    asked = agentconfig.view(normalized)
+    overridable = {k.removeprefix("assistant.") for k in granted.overridable}
     where = f"conversation.toml asks for more than profile {profile.name!r} grants"
     for key in _EQUAL_KEYS:
-        if key not in overridable and config.get(key) != granted.get(key):
-            raise ProfileError(
-                f"{where}: {key} = {config.get(key)!r} (the profile has {granted.get(key)!r})"
-            )
-    if "model" not in overridable and config["model"] != granted["model"]:
-        raise ProfileError(
-            f"{where}: model {config['model']!r} (the profile has {granted['model']!r})"
-        )
+        # Compared as written: these tables are the capability itself.
+        mine, theirs = asked.raw.get(key), granted.raw.get(key)
+        if key not in overridable and mine != theirs:
+            raise ProfileError(f"{where}: {key} = {mine!r} (the profile has {theirs!r})")
+    if "model" not in overridable and asked.model != granted.model:
+        raise ProfileError(f"{where}: model {asked.model!r} (the profile has {granted.model!r})")
     for key in _SUBSET_KEYS:
-        extra = [item for item in config["tools"][key] if item not in granted["tools"][key]]
+        has = granted.raw["tools"][key]
+        extra = [item for item in asked.raw["tools"][key] if item not in has]
         if extra:
             raise ProfileError(f"{where}: tools.{key} {extra!r}")
-    for key, allows in granted["limits"].items():
-        value = config["limits"].get(key)
+    for key, allows in granted.raw["limits"].items():
+        value = asked.raw["limits"].get(key)
         if f"limits.{key}" in overridable or (value is not None and value <= allows):
             continue
         shown = "no limit" if value is None else str(value)
         raise ProfileError(f"{where}: limits.{key} = {shown} (the profile allows {allows})")
-    extra_overridable = [k for k in config["overridable"] if k not in granted["overridable"]]
+    extra_overridable = [k for k in asked.overridable if k not in granted.overridable]
     if extra_overridable:
         raise ProfileError(f"{where}: overridable {extra_overridable!r}")
-    return config
+    return normalized
 
 
-def system_prompt(config: Mapping[str, Any]) -> str:
+def system_prompt(config: Mapping[str, Any] | AgentConfig) -> str:
     """The profile's sections, and what jpfs tells every agent. Nothing in it names the
     conversation: the prompt is the same for every conversation of a profile, so that a
     fork (whose transcript begins with its source's) and siblings read the same cached
     prefix (protocol/cost.md). A conversation's id travels as a request header."""
-    sections = [str(s).strip() for s in (config.get("system") or {}).values() if str(s).strip()]
+    settings = config if isinstance(config, AgentConfig) else agentconfig.view(config)
+    sections = [s.strip() for s in settings.system if s.strip()]
     sections.append("(jpfs: your final reply is returned to your caller.)")
     return "\n\n".join(sections)

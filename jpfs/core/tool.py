@@ -9,6 +9,7 @@ error with a one-line reason. Any other exception is a bug.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import traceback
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from jpfs.errors import Cancelled, JpfsError, ToolError, ToolFailure
 
 if TYPE_CHECKING:
+    from jpfs.core.agentconfig import AgentConfig
     from jpfs.core.workspace import Workspace
     from jpfs.infra.providers.base import ToolSpec
 
@@ -58,6 +60,13 @@ class ToolContext:
     call_id: str = ""
     # Given each sub-agent's whole outcome (an adapter that reports its usage).
     on_outcome: Callable[[Any], None] | None = None
+
+    @functools.cached_property
+    def settings(self) -> AgentConfig:
+        """:attr:`config`, typed."""
+        from jpfs.core import agentconfig
+
+        return agentconfig.view(self.config)
 
     def ws(self) -> Workspace:
         if self.workspace is None:

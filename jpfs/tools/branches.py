@@ -18,12 +18,12 @@ DIFF_MAX_CHARS = 100_000
 
 def _author(ctx: ToolContext) -> Any:
     """The calling agent authors its merges (a top-level caller: the git identity)."""
-    name = ctx.config.get("name")
+    name = ctx.settings.name
     if not ctx.conversation or not name:
         return None
     from jpfs.core.record import agent_identity
 
-    return agent_identity(str(name))
+    return agent_identity(name)
 
 
 def merge_tool(ctx: ToolContext, args: JsonDict) -> str:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import profiles, record, scope, transcript, tree
+from jpfs.core import agentconfig, profiles, record, scope, transcript, tree
+from jpfs.core.agentconfig import AgentConfig
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.tool import JsonDict, Tool, ToolContext
@@ -31,15 +32,15 @@ def runner_of(ctx: ToolContext) -> Runner | None:
     return ctx.runner if isinstance(ctx.runner, Runner) else None
 
 
-def allowed_agents(config: Mapping[str, Any]) -> list[str]:
-    return [str(a) for a in config.get("tools", {}).get("agents", [])]
+def allowed_agents(config: AgentConfig) -> list[str]:
+    return list(config.tools.agents)
 
 
 def jp_query(ctx: ToolContext, args: JsonDict) -> str:
     from jpfs.services.run.query import query
 
     ws = ctx.ws()
-    config = ctx.config
+    config = ctx.settings
     runner = runner_of(ctx)
     text = str(args["query"])
     target = str(args.get("id") or "new")
@@ -78,7 +79,7 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
                 overrides=overrides,
                 runner=runner,
                 extra={"origin_call": call_id or None},
-                author=record.agent_identity(str(config.get("name") or "agent")),
+                author=record.agent_identity(config.name or "agent"),
                 **budget,
             )
         except (ProfileError, LimitError) as exc:
@@ -93,7 +94,7 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
         conv_id=target,
         within=ctx.conversation,
         runner=runner,
-        author=record.agent_identity(str(config.get("name") or "agent")),
+        author=record.agent_identity(config.name or "agent"),
     )
     return _answer(result, report)
 
@@ -182,7 +183,7 @@ def profile_descriptions(agents_dir: Path, names: Sequence[str]) -> str:
     out = []
     for name in names:
         try:
-            desc = profiles.load(agents_dir, name).config.get("description", "")
+            desc = profiles.load(agents_dir, name).settings.description
         except ProfileError:
             desc = "(profile missing or invalid)"
         out.append(f"- {name}: {desc}")
@@ -190,7 +191,7 @@ def profile_descriptions(agents_dir: Path, names: Sequence[str]) -> str:
 
 
 def build(config: Mapping[str, Any], agents_dir: Path | None) -> dict[str, Tool]:
-    agents = allowed_agents(config)
+    agents = allowed_agents(agentconfig.view(config))
     described = profile_descriptions(agents_dir, agents) if agents_dir is not None else ""
     query_schema: JsonDict = {
         "type": "object",

@@ -90,8 +90,7 @@ def hidden_from(ctx: ToolContext) -> safescan.Hide:
 
 def exposed(ctx: ToolContext) -> tuple[str, ...]:
     """The profile's ``tools.expose`` globs: secret-looking or ignored paths it may read."""
-    tools = ctx.config.get("tools", {})
-    return tuple(str(p) for p in tools.get("expose", []) if str(p).strip())
+    return tuple(p for p in ctx.settings.tools.expose if p.strip())
 
 
 def secret_reason(ctx: ToolContext, rel: str, ignored: Callable[[str], bool]) -> str:

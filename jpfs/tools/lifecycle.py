@@ -29,8 +29,7 @@ def _dump(data: Any) -> str:
 
 
 def _parent_only(ctx: ToolContext) -> bool:
-    allow = ctx.config.get("tools", {}).get("allow", [])
-    return not DELEGATING.intersection(str(t) for t in allow)
+    return not DELEGATING.intersection(ctx.settings.tools.allow)
 
 
 def fork(ctx: ToolContext, args: JsonDict) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from jpfs.core import agentconfig
 from jpfs.core.tool import Tool
 from jpfs.errors import ProfileError
 
@@ -26,16 +27,16 @@ def catalog(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[s
 
 
 def build_tools(config: Mapping[str, Any], agents_dir: Path | None = None) -> dict[str, Tool]:
-    tools_cfg = config.get("tools", {})
-    allow = [str(t) for t in tools_cfg.get("allow", [])]
-    declared = {str(c.get("name")) for c in tools_cfg.get("command", []) if isinstance(c, dict)}
+    settings = agentconfig.view(config)
+    allow = list(settings.tools.allow)
+    declared = {str(c.get("name")) for c in settings.tools.command}
     out: dict[str, Tool] = {}
-    if not allow and not tools_cfg.get("command"):
+    if not allow and not settings.tools.command:
         return out  # an agent without tools does not import their modules (re2 and more)
     everything = catalog(config, agents_dir)
     for name in [*allow, *sorted(declared - set(allow))]:
         tool = everything.get(name)
         if tool is None:
-            raise ProfileError(f"profile {config.get('name')!r} lists unknown tool {name!r}")
+            raise ProfileError(f"profile {settings.name!r} lists unknown tool {name!r}")
         out[name] = tool
     return out

@@ -20,7 +20,7 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,28 +44,17 @@ class Budget:
     usd: float | None
 
 
-def of(config: Mapping[str, Any]) -> tuple[int | None, float | None]:
-    limits = config.get("limits") if isinstance(config, Mapping) else None
-    if not isinstance(limits, Mapping):
-        return None, None
-    tokens, usd = limits.get("budget_tokens"), limits.get("budget_usd")
-    return (
-        tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
-        float(usd) if isinstance(usd, int | float) and not isinstance(usd, bool) else None,
-    )
-
-
 def applying(ws: Workspace, conv: Conversation) -> list[Budget]:
     """The budgets that bound ``conv``: its own and its ancestors', nearest first."""
     out = []
     for holder in [conv.id, *ids.ancestors(conv.id)]:
         handle = conv if holder == conv.id else Conversation(ws.conv_root, holder)
         try:
-            tokens, usd = of(handle.config)
+            limits = handle.settings.limits
         except FormatError:
             continue  # an ancestor's broken conversation.toml is its own problem
-        if tokens is not None or usd is not None:
-            out.append(Budget(holder, tokens, usd))
+        if limits.budget_tokens is not None or limits.budget_usd is not None:
+            out.append(Budget(holder, limits.budget_tokens, limits.budget_usd))
     return out
 
 
@@ -205,9 +194,9 @@ class RunLimits:
         self._runs.add(conv.id)
         if ids.parent(conv.id) is not None:
             self._before[conv.id] = self.ws.spending.subtree(conv.id)
-        limit = conv.config.get("limits", {}).get("max_run_seconds") if conv.config else None
-        if isinstance(limit, int | float) and not isinstance(limit, bool):
-            self._clocks[conv.id] = (time.monotonic() + float(limit), float(limit))
+        limit = conv.settings.limits.max_run_seconds
+        if limit is not None:
+            self._clocks[conv.id] = (time.monotonic() + limit, limit)
         try:
             yield
         finally:

@@ -170,10 +170,10 @@ def require_allowed(
         listed = ", ".join(f'"{a}"' for a in [*allowed, agent])
         hint = hint or f"to run it, `jpfs config set agents.allowed '[{listed}]'`"
     else:
-        called = Conversation(ws.conv_root, parent).config.get("tools", {}).get("agents", [])
-        if agent in [str(a) for a in called]:
+        called = Conversation(ws.conv_root, parent).settings.tools.agents
+        if agent in called:
             return
-        allowed += [str(a) for a in called if str(a) not in allowed]
+        allowed += [a for a in called if a not in allowed]
         where = f"agents.allowed or the agents {parent!r} may call"
         hint = hint or (
             f"name one of those, or add it to agents.allowed or to [tools] agents in the"

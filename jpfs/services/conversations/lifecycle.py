@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import frontmatter, ids, record, transcript, tree
+from jpfs.core import agentconfig, frontmatter, ids, record, transcript, tree
 from jpfs.core.conversation import QUESTIONS, RESULT, TASK, Conversation, now
 from jpfs.core.eventlog import check_last
 from jpfs.core.scope import resolve
@@ -136,11 +136,11 @@ def set_agent(ws: Workspace, conv: Conversation, agent: str) -> None:
         )
     require_allowed(ws, agent, ids.parent(conv.id))
     config = agent_config(ws, agent)
-    old = conv.config
-    if old and config.get("workspace") != old.get("workspace"):
+    new, old = agentconfig.view(config), conv.settings
+    if old.raw and new.workspace != old.workspace:
         raise StateError(
-            f"{agent!r} works in a {config.get('workspace')} workspace and {conv.id!r} was"
-            f" made for a {old.get('workspace')} one: start a new conversation instead"
+            f"{agent!r} works in a {new.workspace} workspace and {conv.id!r} was"
+            f" made for a {old.workspace} one: start a new conversation instead"
         )
     conv.update(agent=agent, config=config)
     # A fresh handle: ``conv`` keeps the snapshot it parsed, which is now the old one.
@@ -151,8 +151,7 @@ def set_agent(ws: Workspace, conv: Conversation, agent: str) -> None:
 def skip_onboarding(ws: Workspace, conv: Conversation) -> None:
     """Turn onboarding off for ``conv``, which has not started: no question asked, no
     event. Refused (:class:`StateError`) once it has, as there is nothing left to skip."""
-    onboarding = (conv.config.get("onboarding") or {}) if conv.config else {}
-    if not onboarding.get("enabled", False):
+    if not conv.settings.onboarding.enabled:
         return
     if conv.event_names() or conv.file(QUESTIONS).exists():
         raise StateError(
@@ -160,7 +159,7 @@ def skip_onboarding(ws: Workspace, conv: Conversation) -> None:
             " has already asked its questions or begun work (answer with `jpfs answer`)"
         )
     config = dict(conv.config)
-    config["onboarding"] = {**onboarding, "enabled": False}
+    config["onboarding"] = {**config["onboarding"], "enabled": False}
     conv.update(config=config)
     record.commit(ws, conv.id, "edit", agent=conv.meta().get("agent"), note="(no onboarding)")
 

@@ -83,7 +83,7 @@ START = ToolSpec(
 
 
 def max_rounds(conv: Conversation) -> int:
-    return int(conv.config.get("onboarding", {}).get("max_rounds", 3))
+    return conv.settings.onboarding.max_rounds
 
 
 def qa_text(conv: Conversation) -> str:
@@ -156,9 +156,9 @@ def step(runner: RunContext, conv: Conversation) -> None:
         return
     round_no = ob.rounds + 1
     brief = work_brief(conv)
-    config = conv.config
+    config = conv.settings
     request = Request(
-        model=str(config.get("model", "")),
+        model=config.model,
         system=_system(runner, conv),
         messages=[
             {
@@ -173,12 +173,12 @@ def step(runner: RunContext, conv: Conversation) -> None:
             }
         ],
         tools=(ASK, START),
-        max_tokens=int(config.get("max_tokens", 8192)),
-        timeout=float(config.get("timeout", 600.0)),
+        max_tokens=config.max_tokens,
+        timeout=config.timeout,
         phase="onboarding",
         metadata={"conversation": conv.id, "round": round_no},
-        thinking=models.thinking_param(str(config.get("model", "")), models.setting(config)),
-        effort=config.get("effort"),
+        thinking=models.thinking_param(config.model, config.thinking_setting()),
+        effort=config.effort,
     )
     runner.note(f"[{conv.id}] onboarding round {round_no}")
     reply = _valid_reply(runner, conv, request)
@@ -267,4 +267,4 @@ def _no_run(_ctx: Any, _args: Any) -> str:  # the schema check never runs the to
 
 
 def _system(runner: RunContext, conv: Conversation) -> str:
-    return profiles.system_prompt(conv.config)
+    return profiles.system_prompt(conv.settings)

@@ -42,15 +42,15 @@ log = logging.getLogger("jpfs.services.run.control")
 def check_limits(ws: Workspace, parent: Conversation, *, agent: bool, starting: bool) -> None:
     """max_children / max_depth (the parent's profile, for agents) and daemon.max_agents."""
     if agent:
-        limits = parent.config.get("limits", {})
-        max_children = int(limits.get("max_children", 8))
+        limits = parent.settings.limits
+        max_children = limits.max_children
         children = [c for c in tree.walk(ws.conv_root, parent.id) if ids.parent(c) == parent.id]
         if len(children) >= max_children:
             raise LimitError(
                 f"max_children reached: {parent.id!r} already has {len(children)} children"
                 f" (limit {max_children}); continue one by mail or kill one"
             )
-        max_depth = int(limits.get("max_depth", 3))
+        max_depth = limits.max_depth
         if ids.depth(parent.id) + 1 > max_depth:
             raise LimitError(
                 f"max_depth reached: a child of {parent.id!r} would be at depth"

@@ -63,28 +63,28 @@ def call(
     complete: Callable[[Request], Reply],
 ) -> Sent:
     """Ask the model for the next reply of ``conv``'s work."""
-    config = conv.config
-    model = str(config.get("model", ""))
+    config = conv.settings
+    model = config.model
     thinking = loop_thinking(events)
     if thinking is None:
-        thinking = models.setting(config)
+        thinking = config.thinking_setting()
     base = Request(
         model=model,
         system=profiles.system_prompt(config),
         messages=[],
         tools=tuple(t.spec() for t in tools.values()),
-        max_tokens=int(config.get("max_tokens", 8192)),
-        timeout=float(config.get("timeout", 600.0)),
+        max_tokens=config.max_tokens,
+        timeout=config.timeout,
         phase="work",
         metadata={"conversation": conv.id},
         thinking=models.thinking_param(model, thinking),
-        effort=config.get("effort"),
+        effort=config.effort,
     )
     fixed = len(base.system) + len(
         json.dumps([dataclasses.asdict(t) for t in base.tools], ensure_ascii=False)
     )
     frame = view.Frame(
-        window=models.context_window(config),
+        window=config.window(),
         max_tokens=base.max_tokens,
         fixed_chars=fixed,
         preserved=models.preserved(model),
