@@ -11,17 +11,16 @@ import enum
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from jpfs.core import failures, frontmatter, record, tree
 from jpfs.core.conversation import ANSWERS, INBOX, QUESTIONS, Conversation
 from jpfs.core.state import AGENT_ACTS, ROUND_RE, State, derive, has_content, split_rounds
 from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, FormatError
-from jpfs.infra.providers.base import Reply, Request
+from jpfs.infra.providers.base import Reply
 from jpfs.services.conversations import lifecycle
-from jpfs.services.run.runtime import Runner
+from jpfs.services.run.hooks import Hooks
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -129,33 +128,38 @@ def record_failure(ws: Workspace, conv: Conversation, message: str) -> bool:
 
 
 @dataclass
-class DaemonRunner(Runner):
-    """A runner that stops cleanly between steps once ``stopping`` is set.
+class RunWatch:
+    """The daemon's hooks on one runner (:class:`jpfs.services.run.hooks.Hooks`): its
+    runs stop cleanly between steps once ``stopping`` is set; and what ``daemon status``
+    shows of them.
 
     A step in flight (a model call, a tool) completes and is committed; the next one
-    does not start. ``cancel`` (the force path) interrupts the step itself.
+    does not start. ``cancel`` (the force path, the runner's own) interrupts the step
+    itself.
     """
 
-    stopping: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event
+    cancel: threading.Event
     provider_calls: int = 0
     tokens: int = 0
     last_note: str = ""
 
-    def complete(self, conv: Conversation, request: Request) -> Reply:
+    def hooks(self) -> Hooks:
+        return Hooks(self.before_call, self.after_call, self.after_commit, self.note)
+
+    def before_call(self, conv: Conversation) -> None:
         if self.stopping.is_set():
             self.cancel.set()
             raise Cancelled(f"run of {conv.id} stopped by the daemon")
         self.provider_calls += 1
-        reply = super().complete(conv, request)
-        self.tokens += reply.usage.total
-        return reply
 
-    def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
-        super().commit(conv, event, **kwargs)
+    def after_call(self, conv: Conversation, reply: Reply) -> None:
+        self.tokens += reply.usage.total
+
+    def after_commit(self, conv: Conversation, event: str) -> None:
         if self.stopping.is_set():
             self.cancel.set()
 
     def note(self, text: str) -> None:
         self.last_note = text
         log.info("%s", text)
-        super().note(text)

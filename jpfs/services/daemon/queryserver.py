@@ -27,8 +27,8 @@ from typing import Any
 
 from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, JpfsError, RepositoryFault
-from jpfs.services.daemon.actions import DaemonRunner
 from jpfs.services.run import handoff, query
+from jpfs.services.run.runtime import Runner
 
 log = logging.getLogger("jpfs.services.daemon")
 
@@ -180,7 +180,7 @@ class QueryServer:
         ws: Workspace,
         *,
         cfg: Sequence[str],
-        runner: Callable[..., DaemonRunner],
+        runner: Callable[..., Runner],
         stopping: threading.Event,
         on_error: Callable[[str], None],
         idle: Callable[[], bool] = lambda: True,
@@ -325,7 +325,7 @@ class QueryServer:
         watcher = threading.Thread(target=conn.watch_hangup, name="jpfs-query-hangup", daemon=True)
         started: list[str] = []
 
-        def runner_for(target: str) -> DaemonRunner:
+        def runner_for(target: str) -> Runner:
             started.append(target)
             conn.send({"type": "start", "conversation": target})
             watcher.start()

@@ -38,6 +38,8 @@ from jpfs.infra.git import refs
 from jpfs.infra.git.objects import Tip
 from jpfs.services.daemon import actions, edits
 from jpfs.services.daemon.actions import Need
+from jpfs.services.daemon.backoff import Backoff
+from jpfs.services.daemon.inbox import Inbox, Message, RecordMoved, Rescan, RunDone
 from jpfs.services.daemon.pool import Pool
 from jpfs.services.daemon.seen import Seen, signature
 from jpfs.services.daemon.settling import FileState, Settling
@@ -49,13 +51,10 @@ log = logging.getLogger("jpfs.services.daemon")
 TOP_FILES = (TASK, ANSWERS, CONVERSATION_TOML)
 # Conversations looked at together (locks held at once, commits in flight at once).
 CHUNK = 32
-_DONE = "done"
-_RESCAN = "rescan"
-_MOVED = "moved"
-
-
-# What the daemon's waits take items from: see Reconciler.inbox for why not SimpleQueue.
-Inbox = queue.Queue
+# A conversation locked elsewhere is looked at again after 0.1, 0.2, 0.4 ... seconds, at
+# most this many; one whose repository fails after 1, 2, 4 ..., at most a minute.
+LOCKED_WAIT_MAX = 2.0
+FAULT_WAIT_MAX = 60.0
 
 
 @dataclass
@@ -90,11 +89,11 @@ class Reconciler:
         # SimpleQueue.get(timeout=...) can leave that wait unending (CPython 3.11, 3.12:
         # its C lock wait does not resume right after the handler ran), so that
         # `daemon stop`, even --force, timed out until something else was queued.
-        self.inbox: queue.Queue[object] = Inbox()
+        self.inbox: queue.Queue[Message] = Inbox()
         self.settling = Settling(ws.conv_root)  # files touched, until they settle
         self.due: dict[str, float] = {}  # conversation id -> when to look at it
-        self.backoff: dict[str, float] = {}  # locked elsewhere: seconds until the next look
-        self.fault_wait: dict[str, float] = {}  # repository fault: seconds until the next look
+        self.backoff = Backoff(first=0.1, most=LOCKED_WAIT_MAX)  # locked elsewhere
+        self.fault_wait = Backoff(first=1.0, most=FAULT_WAIT_MAX)  # repository fault
         self.seen = Seen()  # id -> (signature, need) at the last look
         self.head: Tip | None = None
         # Peers share the record (sync.remote): adopting and recording an error are
@@ -114,14 +113,14 @@ class Reconciler:
 
     def run_done(self, conv_id: str, after: float = 0.0) -> None:
         """A run ended: look at the conversation again ``after`` seconds from now."""
-        self.inbox.put((_DONE, conv_id, after))
+        self.inbox.put(RunDone(conv_id, after))
 
     def request_scan(self) -> None:
-        self.inbox.put((_RESCAN, ""))
+        self.inbox.put(Rescan())
 
     def record_moved(self, before: str, after: str) -> None:
         """The sync took a peer's record in, moving the branch from ``before`` to ``after``."""
-        self.inbox.put((_MOVED, before, after))
+        self.inbox.put(RecordMoved(before, after))
 
     # -- the loop (reconciler thread) --------------------------------------------------
     def start(self, stop: threading.Event | None = None) -> None:
@@ -155,7 +154,7 @@ class Reconciler:
                 self.scan(full=False)
             tick()
 
-    def handle(self, item: object) -> None:
+    def handle(self, item: Message) -> None:
         if isinstance(item, Batch):
             if item.overflow:
                 log.warning("inotify queue overflow: events were lost; rescanning everything")
@@ -163,12 +162,12 @@ class Reconciler:
                 self.scan(full=True)
             for change in item.changes:
                 self.note_change(change.path, change.kind, change.is_dir)
-        elif isinstance(item, tuple) and item[0] == _DONE:
-            self.due[item[1]] = time.monotonic() + item[2]
-        elif isinstance(item, tuple) and item[0] == _RESCAN:
+        elif isinstance(item, RunDone):
+            self.due[item.conv_id] = time.monotonic() + item.after
+        elif isinstance(item, Rescan):
             self.scan(full=True)
-        elif isinstance(item, tuple) and item[0] == _MOVED:
-            self.take_merged(item[1], item[2])
+        elif isinstance(item, RecordMoved):
+            self.take_merged(item.before, item.after)
 
     def take_merged(self, before: str, after: str) -> None:
         """The files a sync wrote are whole (git wrote them, before the branch moved):
@@ -250,8 +249,8 @@ class Reconciler:
                     log.exception("reconciling %r failed", item.conv_id)
                     self.on_error(f"{item.conv_id}: {exc}")
         for item in serving:  # the run locks are released: the pool may take them
-            self.backoff.pop(item.conv_id, None)
-            self.fault_wait.pop(item.conv_id, None)
+            self.backoff.forget(item.conv_id)
+            self.fault_wait.forget(item.conv_id)
             self.settling.forget(item.conv_id)
         ready = [item.conv_id for item in serving if item.verdict.need in self.pooled]
         for conv_id in sorted(ready, key=self.spread) if self.spread else ready:
@@ -264,8 +263,7 @@ class Reconciler:
     def look_again_later(self, conv_id: str, exc: RepositoryFault) -> None:
         """The repository failed, not the conversation: say so, and look again after
         1, 2, 4 ... seconds (at most a minute), so the fix is all the user has to do."""
-        wait = min(self.fault_wait.get(conv_id, 0.5) * 2, 60.0)
-        self.fault_wait[conv_id] = wait
+        wait = self.fault_wait.next(conv_id)
         self.due[conv_id] = time.monotonic() + wait
         log.warning("%s: repository fault, looking again in %g s: %s", conv_id, wait, exc)
         self.on_error(f"{conv_id}: {exc} (trying again in {wait:g} s)")
@@ -299,9 +297,7 @@ class Reconciler:
         try:
             held.enter_context(locks.conversation_lock(self.ws.local_dir, conv_id))
         except LockError:
-            wait = min(self.backoff.get(conv_id, 0.05) * 2, 2.0)
-            self.backoff[conv_id] = wait
-            self.due[conv_id] = time.monotonic() + wait
+            self.due[conv_id] = time.monotonic() + self.backoff.next(conv_id)
             return None
         assert self.head is not None
         verdict = actions.needs(self.ws, conv)

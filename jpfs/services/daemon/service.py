@@ -38,7 +38,8 @@ from jpfs.errors import (
 )
 from jpfs.infra.providers.base import Provider
 from jpfs.services.daemon import actions, configwatch, process, queryserver, recovery
-from jpfs.services.daemon.actions import DaemonRunner, Need
+from jpfs.services.daemon.actions import Need, RunWatch
+from jpfs.services.daemon.backoff import Backoff
 from jpfs.services.daemon.configwatch import ConfigWatch, NotesWatch
 from jpfs.services.daemon.lasterror import LastError
 from jpfs.services.daemon.pool import Job, Pool
@@ -48,6 +49,7 @@ from jpfs.services.daemon.statuswriter import StatusWriter
 from jpfs.services.daemon.unrecorded import Unrecorded
 from jpfs.services.daemon.watcher import watch
 from jpfs.services.run.app import App, default
+from jpfs.services.run.runtime import Runner
 from jpfs.services.workspace import policy
 
 log = logging.getLogger("jpfs.services.daemon")
@@ -79,7 +81,7 @@ class Daemon:
         self.providers: dict[str, Provider] = {}
         # conversation id -> seconds to wait before the next try after a repository fault
         # or a failure that could not be committed
-        self.fault_backoff: dict[str, float] = {}
+        self.fault_backoff = Backoff(first=1.0, most=FAULT_RETRY_MAX)
         self.unrecorded = Unrecorded(ws)  # failures its conversation's files refused
         self._retry_after: dict[str, float] = {}
         settings = ws.config
@@ -239,14 +241,37 @@ class Daemon:
         self.ws.committer.close()
 
     # -- runs (pool threads) --------------------------------------------------------------
-    def runner(self, **options: Any) -> DaemonRunner:
+    def runner(self, **options: Any) -> Runner:
         """The daemon's one runner factory (its pool's runs, the queries handed to it)."""
-        options.setdefault("stopping", self.stop)
-        return DaemonRunner(self.ws, app=self.app, providers=self.providers, **options)
+        return self.watched(**options)[0]
+
+    def watched(
+        self,
+        *,
+        stopping: threading.Event | None = None,
+        cancel: threading.Event | None = None,
+        **options: Any,
+    ) -> tuple[Runner, RunWatch]:
+        """A runner with the daemon's hooks (stopped between steps once ``stopping``,
+        the daemon's by default, is set), and what status shows of it."""
+        watch = RunWatch(
+            self.stop if stopping is None else stopping,
+            threading.Event() if cancel is None else cancel,
+        )
+        runner = Runner(
+            self.ws,
+            app=self.app,
+            providers=self.providers,
+            cancel=watch.cancel,
+            hooks=watch.hooks(),
+            **options,
+        )
+        return runner, watch
 
     def run_job(self, job: Job) -> None:
-        runner = self.runner(cancel=job.cancel, stopping=job.stopping, lock_wait=CHILD_LOCK_WAIT)
-        job.info["runner"] = runner
+        runner, job.info["watch"] = self.watched(
+            cancel=job.cancel, stopping=job.stopping, lock_wait=CHILD_LOCK_WAIT
+        )
         conv = Conversation(self.ws.conv_root, job.conv_id)
         try:
             with (
@@ -288,7 +313,7 @@ class Daemon:
                     # Before the lease's release (leaving ``held``) wakes the sync cycle,
                     # which waits for the runs starting next (Pool.starting).
                     job.phase = "ended"
-                self.fault_backoff.pop(conv.id, None)
+                self.fault_backoff.forget(conv.id)
                 log.info("%s: run ends: %s", conv.id, state)
                 if state is State.FAILED:
                     last = conv.last_event()
@@ -327,9 +352,7 @@ class Daemon:
 
     def _back_off(self, conv_id: str) -> float:
         """Seconds until ``conv_id`` is looked at again: doubled at each fault in a row."""
-        delay = min(FAULT_RETRY_MAX, self.fault_backoff.get(conv_id, 0.5) * 2)
-        self.fault_backoff[conv_id] = delay
-        self._retry_after[conv_id] = delay
+        delay = self._retry_after[conv_id] = self.fault_backoff.next(conv_id)
         return delay
 
     def look_again_in(self, conv_id: str, seconds: float) -> None:

@@ -54,7 +54,7 @@ class StatusWriter:
         jobs, queued = daemon.pool.snapshot()
         agents = []
         for job in jobs:
-            runner = job.info.get("runner")
+            watch = job.info.get("watch")  # actions.RunWatch, once its runner is made
             agents.append(
                 {
                     "id": job.conv_id,
@@ -62,9 +62,9 @@ class StatusWriter:
                     "model": job.info.get("model", ""),
                     "since": process.iso(job.started),
                     "elapsed": round(now - job.started, 1),
-                    "provider_calls": getattr(runner, "provider_calls", 0),
-                    "tokens": getattr(runner, "tokens", 0),
-                    "note": getattr(runner, "last_note", ""),
+                    "provider_calls": getattr(watch, "provider_calls", 0),
+                    "tokens": getattr(watch, "tokens", 0),
+                    "note": getattr(watch, "last_note", ""),
                 }
             )
         data: dict[str, Any] = {

@@ -2,17 +2,19 @@
 hand edits committed before the run reacts to them.
 
 The run's first commit takes the whole of ``events/``, later ones only the events
-written since (O(changed), not O(events)): :class:`Recording` keeps, per conversation,
-the newest event its current run committed. It is mixed into
-:class:`jpfs.services.run.runtime.Runner`, which holds that state (``ws``,
-``_committed_events``) as fields; a subclass's ``commit`` (the daemon's) is the one
-``record_event`` calls.
+written since (O(changed), not O(events)): a :class:`Recorder` keeps, per conversation,
+the newest event its current run committed. Each
+:class:`jpfs.services.run.runtime.Runner` is given one (it builds its own by default);
+``after_commit`` (the runner's hook: the daemon stops a run between steps there) is
+called after each commit of the run's own files, the events ``record_event`` commits
+included.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from jpfs.core import record, tree
@@ -22,18 +24,25 @@ from jpfs.core.state import State
 from jpfs.core.workspace import Workspace
 from jpfs.errors import ConversationGone, ExistsError, NotFoundError
 from jpfs.services.conversations import runs
+from jpfs.services.run.hooks import NONE
 
 
 def _seq(name: tuple[int, str, str]) -> int:
     return name[0]
 
 
-class Recording:
-    """The event and commit methods of a :class:`~jpfs.services.run.runtime.Runner`."""
+@dataclass
+class Recorder:
+    """The events and commits of a runner's runs. Thread-safe for distinct conversations."""
 
     ws: Workspace
+    after_commit: Callable[[Conversation, str], None] = NONE.after_commit
     # conversation id -> newest event committed by its current run (see commit()).
-    _committed_events: dict[str, int]
+    _committed_events: dict[str, int] = field(default_factory=dict)
+
+    def begin(self, conv: Conversation) -> None:
+        """A new run of ``conv``: its first commit looks at all of events/."""
+        self._committed_events.pop(conv.id, None)
 
     def record_event(
         self,
@@ -83,6 +92,7 @@ class Recording:
             record.commit(
                 self.ws, conv.id, event, agent=agent, author=agent_identity(agent), **kwargs
             )
+            self.after_commit(conv, event)
             return
         # The run's first commit takes the whole events/ (whatever happened before it);
         # later ones only the events written since: O(changed), not O(events). The
@@ -114,6 +124,7 @@ class Recording:
             **kwargs,
         )
         self._committed_events[conv.id] = last
+        self.after_commit(conv, event)
 
     def commit_caller_edits(self, conv: Conversation) -> None:
         """Commit what the caller wrote by hand (task.md, answers.md...) as the user, so

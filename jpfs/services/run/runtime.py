@@ -48,20 +48,24 @@ from jpfs.services.conversations import (
 )
 from jpfs.services.run import turn
 from jpfs.services.run.app import App, default
-from jpfs.services.run.recording import Recording
+from jpfs.services.run.hooks import Hooks
+from jpfs.services.run.recording import Recorder
 from jpfs.services.workspace import policy
 
 log = logging.getLogger("jpfs.services.run.runtime")
 
 Progress = Callable[[str], None]
+Meta = Mapping[str, Any] | None
 
 
 @dataclass
-class Runner(Recording):
+class Runner:
     """Runs conversations of one workspace. Thread-safe; one instance may run many.
 
     Its events and commits (``record_event``, ``commit``, ``commit_caller_edits``) are
-    :class:`~jpfs.services.run.recording.Recording`'s."""
+    its ``recorder``'s (:class:`~jpfs.services.run.recording.Recorder`); what its owner
+    adds to the loop (the daemon's stop between steps, its counts) comes as ``hooks``
+    (:class:`~jpfs.services.run.hooks.Hooks`), never as a subclass."""
 
     ws: Workspace
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -77,19 +81,40 @@ class Runner(Recording):
     streams: dict[str, Callable[[str | None], None]] = field(default_factory=dict)
     # The process's tools, runs, sync engines (jpfs.services.run.app).
     app: App = field(default_factory=default)
+    hooks: Hooks = field(default_factory=Hooks)
+    # Its runs' events and commits; by default one of its own, calling hooks.after_commit.
+    recorder: Recorder | None = None
     _append_lock: threading.Lock = field(default_factory=threading.Lock)
-    # conversation id -> newest event committed by its current run (see commit()).
-    _committed_events: dict[str, int] = field(default_factory=dict)
     # Each run's clock and spending (limits.max_run_seconds, budgets, the run's usage).
     limits: budgets.RunLimits = field(init=False)
 
     def __post_init__(self) -> None:
         self.limits = budgets.RunLimits(self.ws)
+        if self.recorder is None:
+            self.recorder = Recorder(self.ws, self.hooks.after_commit)
 
     # -- plumbing -------------------------------------------------------------------
+    @property
+    def record(self) -> Recorder:
+        assert self.recorder is not None  # set by __post_init__
+        return self.recorder
+
     def note(self, text: str) -> None:
+        self.hooks.note(text)
         if self.progress is not None:
             self.progress(text)
+
+    # Its recorder's (jpfs.services.run.recording.Recorder), for the services it runs.
+    def record_event(
+        self, conv: Conversation, role: str, body: str, meta: Meta = None, *, event: str, **kw: Any
+    ) -> Event:
+        return self.record.record_event(conv, role, body, meta, event=event, **kw)
+
+    def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
+        self.record.commit(conv, event, **kwargs)
+
+    def commit_caller_edits(self, conv: Conversation) -> None:
+        self.record.commit_caller_edits(conv)
 
     def provider(self, config: Mapping[str, Any]) -> Provider:
         key = providers.key(config)
@@ -98,6 +123,12 @@ class Runner(Recording):
         return self.providers[key]
 
     def complete(self, conv: Conversation, request: Request) -> Reply:
+        self.hooks.before_call(conv)
+        reply = self._complete(conv, request)
+        self.hooks.after_call(conv, reply)
+        return reply
+
+    def _complete(self, conv: Conversation, request: Request) -> Reply:
         if self.cancel.is_set():
             raise Cancelled(f"run of {conv.id} cancelled")
         sink = self.streams.get(conv.id)
@@ -150,7 +181,7 @@ class Runner(Recording):
 
     def drive(self, conv: Conversation) -> State:
         turns = 0
-        self._committed_events.pop(conv.id, None)  # a new run looks at all of events/
+        self.record.begin(conv)  # a new run looks at all of events/
         self.commit_caller_edits(conv)
         try:
             self.admit(conv)

@@ -119,7 +119,7 @@ def test_a_change_is_looked_at_now_even_when_a_later_look_was_due(ws: Path) -> N
         reconciler.note_change("notes/files/note-0.md", CLOSED, False)
         assert reconciler.due["notes"] <= time.monotonic()
         reconciler.due["locked"] = later
-        reconciler.backoff["locked"] = 0.1
+        reconciler.backoff.next("locked")  # locked elsewhere: its looks are paced
         reconciler.note_change("locked/files/note-0.md", CLOSED, False)
         assert reconciler.due["locked"] == later
     finally:
