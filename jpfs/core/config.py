@@ -153,10 +153,87 @@ def checked(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {k: check(k, v, where) for k, v in flatten(data).items()}
 
 
+@dataclass(frozen=True)
+class DaemonSettings:
+    max_agents: int
+    scan_interval: float
+    debounce: float
+    settle: float
+    log_max_bytes: int
+    log_backups: int
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    remote: str  # "": no remote, one machine
+    interval: float
+    lease: float
+    machine: str  # "": record.machine_name's default
+    scan: bool
+
+
 @dataclass
 class Config:
+    """The layered values of the :data:`SCHEMA` keys, and where each came from.
+
+    Read them typed, through the properties (``ws.config.daemon.max_agents``): each
+    reads ``values`` when it is used, as a daemon takes edits of config.toml into them
+    (``services/daemon/configwatch.py``)."""
+
     values: dict[str, Any]
     sources: dict[str, str]
+
+    @property
+    def conversations_root(self) -> str:
+        return str(self.values["conversations.root"])
+
+    @property
+    def record_branch(self) -> str:
+        return str(self.values["record.branch"])
+
+    @property
+    def default_agent(self) -> str:
+        return str(self.values["conversations.default_agent"])
+
+    @property
+    def agents_allowed(self) -> tuple[str, ...]:
+        return tuple(str(name) for name in self.values["agents.allowed"])
+
+    @property
+    def daemon(self) -> DaemonSettings:
+        v = self.values
+        return DaemonSettings(
+            max_agents=int(v["daemon.max_agents"]),
+            scan_interval=float(v["daemon.scan_interval"]),
+            debounce=float(v["daemon.debounce"]),
+            settle=float(v["daemon.settle"]),
+            log_max_bytes=int(v["daemon.log_max_bytes"]),
+            log_backups=int(v["daemon.log_backups"]),
+        )
+
+    @property
+    def maintenance_every(self) -> int:
+        return int(self.values["git.maintenance_every"])
+
+    @property
+    def query_lock_wait(self) -> float:
+        return float(self.values["query.lock_wait"])
+
+    @property
+    def sync(self) -> SyncSettings:
+        v = self.values
+        return SyncSettings(
+            remote=str(v["sync.remote"]),
+            interval=float(v["sync.interval"]),
+            lease=float(v["sync.lease"]),
+            machine=str(v["sync.machine"]),
+            scan=bool(v["sync.scan"]),
+        )
+
+    @property
+    def prices(self) -> Mapping[str, Any]:
+        """``[prices."MODEL"]`` tables: open-ended, checked by ``prices.check_table``."""
+        return dict(self.values["prices"])
 
     def get(self, key: str) -> Any:
         if key not in SCHEMA:

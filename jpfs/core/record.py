@@ -28,7 +28,7 @@ MERGED = "Jpfs-Merged"  # on a merge commit: a conversation whose edits it bring
 def machine_name(ws: Workspace) -> str:
     """``sync.machine``, or the host name plus a digest of the workspace path (two
     clones on one host are two machines)."""
-    name = str(ws.config["sync.machine"] or "")
+    name = ws.config.sync.machine
     if name:
         return name
     digest = hashlib.sha1(str(ws.root).encode()).hexdigest()[:6]
@@ -85,7 +85,7 @@ def change(
         trailers.append(("Jpfs-Model", model))
     if usage is not None and usage.total:
         trailers.append(("Jpfs-Usage", usage_trailer(ws, usage, priced_as or model or "")))
-    if ws.config["sync.remote"]:
+    if ws.config.sync.remote:
         # Several machines share this record: say which one made the change.
         trailers.append(("Jpfs-Machine", machine_name(ws)))
     subject = f"jpfs({conv_id}): {event}" + (f" {note}" if note else "")

@@ -64,11 +64,11 @@ class Workspace:
 
     @property
     def conv_root_rel(self) -> str:
-        return str(self.config["conversations.root"]).strip("/")
+        return self.config.conversations_root.strip("/")
 
     @property
     def record_branch(self) -> str:
-        return str(self.config["record.branch"])
+        return self.config.record_branch
 
     @functools.cached_property
     def conv_root(self) -> Path:
@@ -110,7 +110,7 @@ class Workspace:
 
         return Committer(
             self.ensure_record(),
-            maintenance_every=int(self.config["git.maintenance_every"]),
+            maintenance_every=self.config.maintenance_every,
         )
 
     @functools.cached_property
@@ -126,7 +126,7 @@ class Workspace:
         """The price table: the shipped one with ``[prices]`` from the config over it."""
         from jpfs.core import prices
 
-        return prices.table(self.config["prices"])
+        return prices.table(self.config.prices)
 
     def commit(self, change: Change) -> str | None:
         """Commit ``change`` (workspace-relative paths under the root) on the record."""

@@ -69,7 +69,7 @@ PROFILE_NAME = "mcp"
 def allowed_agents(ws: Workspace, names: Sequence[str] = ()) -> list[str]:
     """The profiles the client may start: ``names`` (checked) or the workspace's list."""
     if not names:
-        return [str(n) for n in ws.config["agents.allowed"]]
+        return list(ws.config.agents_allowed)
     for name in names:
         profiles.load(ws.agents_dir, name)  # a typo fails at startup, not on first use
     return list(dict.fromkeys(names))
@@ -178,7 +178,7 @@ class Caller:
             app=self.app,
             cancel=cancel,
             progress=progress,
-            lock_wait=float(self.ws.config["query.lock_wait"]),
+            lock_wait=self.ws.config.query_lock_wait,
         )
         call_id = f"mcp-{uuid.uuid4().hex}"
         outcomes: list[Outcome] = []

@@ -66,3 +66,44 @@ def test_set_in_file_keeps_comments(tmp_path: Path) -> None:
     assert "max_agents = 9" in text and 'root = "convs"' in text
     with pytest.raises(ConfigError):
         config.set_in_file(path, "daemon.nope", "1")
+
+
+def test_every_key_is_read_typed_as_its_layers_set_it(tmp_path: Path) -> None:
+    given = {
+        "conversations.root": ("'talks'", lambda c: c.conversations_root, "talks"),
+        "record.branch": ("rec", lambda c: c.record_branch, "rec"),
+        "conversations.default_agent": ("lead", lambda c: c.default_agent, "lead"),
+        "agents.allowed": ("['lead']", lambda c: c.agents_allowed, ("lead",)),
+        "daemon.max_agents": ("2", lambda c: c.daemon.max_agents, 2),
+        "daemon.scan_interval": ("5", lambda c: c.daemon.scan_interval, 5.0),
+        "daemon.debounce": ("0.5", lambda c: c.daemon.debounce, 0.5),
+        "daemon.settle": ("1", lambda c: c.daemon.settle, 1.0),
+        "daemon.log_max_bytes": ("10", lambda c: c.daemon.log_max_bytes, 10),
+        "daemon.log_backups": ("1", lambda c: c.daemon.log_backups, 1),
+        "git.maintenance_every": ("9", lambda c: c.maintenance_every, 9),
+        "query.lock_wait": ("3", lambda c: c.query_lock_wait, 3.0),
+        "sync.remote": ("origin", lambda c: c.sync.remote, "origin"),
+        "sync.interval": ("4", lambda c: c.sync.interval, 4.0),
+        "sync.lease": ("60", lambda c: c.sync.lease, 60.0),
+        "sync.machine": ("m1", lambda c: c.sync.machine, "m1"),
+        "sync.scan": ("false", lambda c: c.sync.scan, False),
+        "prices": (
+            "{m = {input = 1.0, output = 2.0, cache_read = 0.1, cache_creation = 1.5}}",
+            lambda c: c.prices,
+            {"m": {"input": 1.0, "output": 2.0, "cache_read": 0.1, "cache_creation": 1.5}},
+        ),
+    }
+    assert set(given) == set(config.SCHEMA), "a key without a typed read: add one to Config"
+    defaults = config.load(None, [], {})
+    for key, (_, read, _) in given.items():
+        assert read(defaults) == (
+            tuple(config.SCHEMA[key].default)
+            if key == "agents.allowed"
+            else config.SCHEMA[key].default
+        ), key
+    cfg = config.load(None, [f"{k}={raw}" for k, (raw, _, _) in given.items()], {})
+    for key, (_, read, want) in given.items():
+        got = read(cfg)
+        assert got == want and type(got) is type(want), key
+    cfg.values["daemon.max_agents"] = 7  # a daemon taking an edit of config.toml
+    assert cfg.daemon.max_agents == 7

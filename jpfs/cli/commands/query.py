@@ -91,7 +91,7 @@ class Asker:
         from jpfs.services.run.query import ask
 
         ws = self._ws = self._ws or state.ws(self.extra_cfg)
-        wait = float(ws.config["query.lock_wait"])
+        wait = ws.config.query_lock_wait
         return ask(
             ws,
             request,

@@ -162,7 +162,7 @@ def require_allowed(
     that gives a conversation an agent from a profile for the user asks here (a calling
     agent's tool checks its own list: jp_query, MCP), so that a profile shipped off
     (the example ``openai`` researchers) stays off until the user names it."""
-    allowed = [str(a) for a in ws.config["agents.allowed"]]
+    allowed = list(ws.config.agents_allowed)
     if agent in allowed:
         return
     if parent is None:

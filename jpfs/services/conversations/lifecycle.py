@@ -49,7 +49,7 @@ def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
     commits it, with the human's task.md. Returns the agent.
     """
     meta = conv.meta()
-    agent = str(meta.get("agent") or ws.config["conversations.default_agent"])
+    agent = str(meta.get("agent") or ws.config.default_agent)
     require_allowed(
         ws, agent, hint="name an allowed agent in conversation.toml, or add it to agents.allowed"
     )
@@ -103,7 +103,7 @@ def new_conversation(
         ws,
         creation.Spec(
             full_id,
-            agent or str(ws.config["conversations.default_agent"]),
+            agent or ws.config.default_agent,
             actor,
             title=title,
             task=task,

@@ -78,7 +78,7 @@ class ConfigWatch:
         if self._seen is None or self._seen[0] != stamp:
             self._seen = (stamp, now)
             return None
-        if now - self._seen[1] < float(self.ws.config["daemon.settle"]):
+        if now - self._seen[1] < self.ws.config.daemon.settle:
             return None
         self._stamp, self._seen = stamp, None
         notes: dict[str, str] = {}

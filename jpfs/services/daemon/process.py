@@ -337,8 +337,8 @@ def setup_logging(ws: Workspace, *, stderr: bool) -> logging.Handler:
     ws.ensure_local()
     handler = logging.handlers.RotatingFileHandler(
         files.log,
-        maxBytes=int(ws.config["daemon.log_max_bytes"]),
-        backupCount=int(ws.config["daemon.log_backups"]),
+        maxBytes=ws.config.daemon.log_max_bytes,
+        backupCount=ws.config.daemon.log_backups,
         encoding="utf-8",
     )
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -27,7 +27,7 @@ from jpfs.core.state import State
 from jpfs.errors import LimitError, ScopeError, StateError
 from jpfs.services.conversations import budgets, creation, inputs, mail, runs
 from jpfs.services.run import background
-from jpfs.services.run.app import App, default
+from jpfs.services.run.app import App
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
@@ -57,7 +57,7 @@ def check_limits(ws: Workspace, parent: Conversation, *, agent: bool, starting: 
                 f" {ids.depth(parent.id) + 1} (limit {max_depth})"
             )
     if starting:
-        max_agents = int(ws.config["daemon.max_agents"])
+        max_agents = ws.config.daemon.max_agents
         running = runs.count_running(ws.local_dir)
         if running >= max_agents:
             raise LimitError(
@@ -284,6 +284,7 @@ def kill(
             agent=conv.meta().get("agent"),
             note=f"by {by or 'human'}",
         )
-        (app or default()).runs.cancel(ws.root, cid)
+        if app is not None:
+            app.runs.cancel(ws.root, cid)
         killed.append(cid)
     return killed

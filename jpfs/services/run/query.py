@@ -88,7 +88,7 @@ def query(
         target = ids.join(parent, segment or ids.generate())
         if budget_tokens is not None or budget_usd is not None:
             # Checked before its config is built (and again as it is created).
-            name = agent or str(ws.config["conversations.default_agent"])
+            name = agent or ws.config.default_agent
             if author is None and not scoped:  # a calling agent's tool checked its list
                 lifecycle.require_allowed(ws, name, parent)
             caller = Conversation(ws.conv_root, parent) if parent is not None else None
@@ -179,7 +179,7 @@ def ask(
         config = dict(Conversation(ws.conv_root, target).config)
     else:
         target = ids.join(within, segment)
-        agent = request.agent or str(ws.config["conversations.default_agent"])
+        agent = request.agent or ws.config.default_agent
         # Before the provider is built: a profile that is off says so, not that its
         # key is missing.
         if within is None:  # under --root-id, the caller's tool checked its own list

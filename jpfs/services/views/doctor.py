@@ -93,7 +93,7 @@ def _profiles(ws: workspace_mod.Workspace) -> list[Check]:
     from jpfs.services.workspace import policy, trust
 
     out = []
-    allowed = [str(a) for a in ws.config["agents.allowed"]]
+    allowed = list(ws.config.agents_allowed)
     for name in sorted(set(profiles.available(ws.agents_dir)) | set(allowed)):
         try:
             policy.load_profile(ws, name)
@@ -129,7 +129,7 @@ def _profiles(ws: workspace_mod.Workspace) -> list[Check]:
 def _api_key(ws: workspace_mod.Workspace) -> Check:
     from jpfs.services.workspace import policy
 
-    default = str(ws.config["conversations.default_agent"])
+    default = ws.config.default_agent
     try:
         config = policy.load_profile(ws, default, trusted=False).config
     except JpfsError:
