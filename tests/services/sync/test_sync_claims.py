@@ -343,20 +343,14 @@ def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
 
 
 @contextlib.contextmanager
-def cycling_asking(engine: SyncEngine, starting: Callable[[], bool]) -> Iterator[threading.Event]:
-    """The engine's sync thread as a daemon runs it, with ``starting`` for its Pool's;
-    yields an event set once its first cycle is done (it waits for the next). Stopped,
-    and checked stopped, on leaving."""
-    waiting, stop = threading.Event(), threading.Event()
-
-    def wanted() -> bool:
-        waiting.set()
-        return False
-
-    thread = threading.Thread(target=cycling.run, args=(engine, stop, wanted, starting))
+def cycling_asking(engine: SyncEngine, starting: Callable[[], bool]) -> Iterator[None]:
+    """The engine's sync thread as a daemon runs it, with ``starting`` for its Pool's.
+    Stopped, and checked stopped, on leaving."""
+    stop = threading.Event()
+    thread = threading.Thread(target=cycling.run, args=(engine, stop, starting))
     thread.start()
     try:
-        yield waiting
+        yield
     finally:
         stop.set()  # a wait for runs starting ends on it too
         engine.wake.set()
@@ -379,8 +373,8 @@ def test_a_cycle_woken_by_a_runs_end_pushes_after_the_runs_starting_next(
         seen.append(refs.resolve(remote, record))
         return claiming.is_set()
 
-    with cycling_asking(ours, starting) as waiting:
-        wait_until(waiting.is_set, message="the first cycle done")
+    with cycling_asking(ours, starting):
+        wait_until(lambda: ours.stats.fetches >= 1, message="the first cycle's fetch")
         claiming.set()
         assert ours.claim("done")
         commit_in_record(ws, "done", "result.md", "done\n")
