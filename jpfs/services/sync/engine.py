@@ -33,6 +33,7 @@ from jpfs.services.sync.leases import (
     LEASE_NS,
     TOMBSTONE_MIN_AGE,
     LeaseBook,
+    Sent,
     new_incarnation,
     read_value,
     timing,
@@ -294,6 +295,11 @@ class SyncEngine:
                         updates.append(Update(lease.ref, oid, lease.oid))
             if not updates:
                 return True
+            began = time.monotonic()
+            for conv_id, (oid, seq) in renewing.items():
+                self.book.sending(conv_id, Sent(oid, seq, "", began))
+            for conv_id, (oid, record_tip) in releasing.items():
+                self.book.sending(conv_id, Sent(oid, 0, record_tip, began))
             with self.timings.step("push" if send else "renew"), self._reaching():
                 result = gitremote.push(self.repo, self.remote, updates, via=self.via)
             if result.ok:
@@ -312,7 +318,9 @@ class SyncEngine:
                         git.run(self.repo, ["update-ref", *moved], check=False)
                 return True
             # Whatever the push said (a remote rejects every ref of a failed atomic
-            # push alike), a lease is lost exactly when the remote holds another value.
+            # push alike), a lease is lost exactly when the remote holds another value:
+            # not one of ours from a push that failed here but took effect there (the
+            # fetch's observation adopts those, LeaseBook.observe).
             remote = self.fetch()
             for lease, _ in held:
                 if remote.get(lease.ref) != lease.oid and self.book.get(lease.conv_id) is lease:

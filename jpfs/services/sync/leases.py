@@ -23,7 +23,7 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jpfs.core import ids
@@ -65,6 +65,20 @@ class Observed:
     released: str | None = None
 
 
+@dataclass(frozen=True)
+class Sent:
+    """A value pushed for a lease held, before the push said whether the remote took it.
+    A push can take effect and still fail here (the connection ended after the remote
+    updated its refs, before it reported): a fetch that finds this value finds the
+    push done, not another machine's claim (values are ours alone: our incarnation and
+    a sequence number)."""
+
+    oid: str
+    seq: int
+    record: str  # a release: the record commit its tombstone names ("" for a renewal)
+    at: float  # monotonic time the push began (an adopted renewal counts from it)
+
+
 @dataclass
 class Lease:
     conv_id: str
@@ -74,6 +88,9 @@ class Lease:
     renewed: float  # monotonic time of the last successful push of it
     releasing: bool = False
     previous: Observed | None = None  # what the ref held before our claim
+    # Values pushed since the last push known to have landed, whose push failed or is in
+    # flight: what the remote may hold instead of ``oid``.
+    sent: dict[str, Sent] = field(default_factory=dict)
 
 
 # A released lease is swept once unchanged for 2 x sync.lease, and never sooner than
@@ -127,6 +144,20 @@ class LeaseBook:
             for ref in list(self._seen):
                 if ref not in remote:
                     del self._seen[ref]
+            for lease in list(self._held.values()):
+                sent = lease.sent.get(remote.get(lease.ref, ""))
+                if sent is not None:
+                    self._landed(lease, sent)
+
+    def _landed(self, lease: Lease, sent: Sent) -> None:
+        """A push of ours took effect though it failed here (see :class:`Sent`): the
+        lease is renewed, or released, as that push said; never lost to ourselves. (The
+        view of the ref is the observation's.)"""
+        if sent.record:
+            del self._held[lease.conv_id]
+        else:
+            lease.oid, lease.seq, lease.renewed = sent.oid, sent.seq, sent.at
+            lease.sent.clear()
 
     def seen(self, ref: str) -> Observed | None:
         with self._lock:
@@ -230,12 +261,20 @@ class LeaseBook:
             self._held[conv_id] = Lease(conv_id, lease_ref(conv_id), oid, seq, now, False, previous)
             self._seen[lease_ref(conv_id)] = Observed(oid, now)
 
+    def sending(self, conv_id: str, sent: Sent) -> None:
+        """``sent`` is about to be pushed for ``conv_id`` (see :class:`Sent`)."""
+        with self._lock:
+            lease = self._held.get(conv_id)
+            if lease is not None:
+                lease.sent[sent.oid] = sent
+
     def renewed(self, conv_id: str, oid: str, seq: int) -> None:
         now = time.monotonic()
         with self._lock:
             lease = self._held.get(conv_id)
             if lease is not None:
                 lease.oid, lease.seq, lease.renewed = oid, seq, now
+                lease.sent.clear()
                 self._seen[lease.ref] = Observed(oid, now)
 
     def release(self, conv_id: str) -> None:
