@@ -440,4 +440,3 @@ def _children(pid: int) -> list[int]:
         if len(fields) > 1 and fields[1] == str(pid):
             found.append(int(entry.parent.name))
     return found
-
