@@ -17,7 +17,7 @@ from jpfs.errors import JpfsError, StateError
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
-    from jpfs.services.run.handoff import Ask, Outcome
+    from jpfs.services.run.handoff import Outcome, QueryRequest
     from jpfs.services.run.runtime import Runner
 
 
@@ -66,7 +66,7 @@ def preflight(runner: Runner, config: Mapping[str, Any]) -> None:
         runner.provider(config)
 
 
-class Asker:
+class QueryClient:
     """Runs ``jpfs query``'s requests: by the workspace's daemon when one takes them
     (it has the model's SDK loaded; this process imports none of it), else here."""
 
@@ -75,24 +75,24 @@ class Asker:
         self.live = live
         self._ws: Workspace | None = None
 
-    def __call__(self, request: Ask) -> Outcome:
+    def run(self, request: QueryRequest) -> Outcome:
         from jpfs.services.run import handoff
 
         return handoff.hand_or_run(
             state.local_dir(),
             request,
             [*state.cfg, *self.extra_cfg],
-            lambda: self.here(request),
+            lambda: self.run_here(request),
             on_text=self.live,
             on_note=lambda conv, text: progress_for(conv)(text),
         )
 
-    def here(self, request: Ask) -> Outcome:
-        from jpfs.services.run.query import ask
+    def run_here(self, request: QueryRequest) -> Outcome:
+        from jpfs.services.run.query import run_request
 
         ws = self._ws = self._ws or state.ws(self.extra_cfg)
         wait = ws.config.query_lock_wait
-        return ask(
+        return run_request(
             ws,
             request,
             lambda target: make_runner(ws, progress=progress_for(target), lock_wait=wait),
@@ -176,7 +176,7 @@ def query(
     command exits with status 4 (answer with `jpfs answer ID` or `jpfs query --id ID`).
     """
     from jpfs.core.state import State
-    from jpfs.services.run.handoff import Ask
+    from jpfs.services.run.handoff import QueryRequest
 
     if conv_id is not None:
         # Options that only shape a new conversation cannot apply to an existing one.
@@ -204,7 +204,7 @@ def query(
         conv_id = resolve(ws, conv_id, root_scope(ws, root_id))
     body = read_query(text)
     live = LiveAnswer(sys.stdout) if (sys.stdout.isatty() if stream is None else stream) else None
-    request = Ask(
+    request = QueryRequest(
         body,
         conv_id=conv_id,
         new=new,
@@ -217,8 +217,8 @@ def query(
         budget_tokens=budget_tokens,
         budget_usd=budget_usd,
     )
-    run = Asker(list(cfg or []), live)
-    result = run(request)
+    client = QueryClient(list(cfg or []), live)
+    result = client.run(request)
     interactive = not non_interactive and sys.stdin.isatty() and sys.stderr.isatty()
     while result.state is State.WAITING and interactive:
         note(f"{result.conversation} asks:\n{result.text}\n(answer; end with an empty line)")
@@ -229,7 +229,7 @@ def query(
             lines.append(line)
         if not lines:
             break
-        result = run(Ask("".join(lines), conv_id=result.conversation))
+        result = client.run(QueryRequest("".join(lines), conv_id=result.conversation))
     if live is not None and result.state is not State.IDLE:
         live.finish(None)  # a streamed turn that did not end in an answer
     if result.state is State.WAITING:

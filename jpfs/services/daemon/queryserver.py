@@ -2,7 +2,7 @@
 
 One thread accepts on ``.jpfs/local/query.sock``; each connection gets a thread that
 reads one request, checks it against :data:`SCHEMA` and runs it with
-:func:`jpfs.services.run.query.ask`, the function an in-process ``jpfs query`` calls: the
+:func:`jpfs.services.run.query.run_request`, the function an in-process ``jpfs query`` calls: the
 same scope checks, conversation lock, commits and trailers. The run's text and notes
 go back as JSON lines while it runs. The client closing the connection (Ctrl-C)
 cancels the run; a daemon stopping stops it between steps, as it stops its own runs.
@@ -66,8 +66,9 @@ def request_schema(cls: type[Any]) -> tuple[dict[str, Any], list[str]]:
     return properties, required
 
 
-_REQUEST, _REQUIRED = request_schema(handoff.Ask)
-# The request (handoff.Ask) in the envelope the client sends it in (handoff.ask).
+_REQUEST, _REQUIRED = request_schema(handoff.QueryRequest)
+# The request (handoff.QueryRequest) in the envelope the client sends it in
+# (handoff.hand_over).
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
@@ -321,7 +322,7 @@ class QueryServer:
         return ""
 
     def _run(self, conn: Connection, request: Mapping[str, Any]) -> None:
-        ask = handoff.Ask(**{k: request[k] for k in _REQUEST if k in request})
+        asked = handoff.QueryRequest(**{k: request[k] for k in _REQUEST if k in request})
         watcher = threading.Thread(target=conn.watch_hangup, name="jpfs-query-hangup", daemon=True)
         started: list[str] = []
 
@@ -340,8 +341,8 @@ class QueryServer:
             conn.send({"type": "turn"} if text is None else {"type": "text", "text": text})
 
         try:
-            outcome = query.ask(
-                self.ws, ask, runner_for, on_text=on_text if request.get("stream") else None
+            outcome = query.run_request(
+                self.ws, asked, runner_for, on_text=on_text if request.get("stream") else None
             )
         except Cancelled as exc:
             where = started[0] if started else "query"

@@ -3,13 +3,13 @@
 A ``jpfs query`` process that ran the agent itself would import the model's SDK (about
 a second for anthropic) on every call; the daemon has it loaded. So the CLI first asks
 the daemon, over a Unix socket, to run exactly what it would have run, and shows what
-comes back; with no daemon it runs in process (:func:`jpfs.services.run.query.ask`).
+comes back; with no daemon it runs in process (:func:`jpfs.services.run.query.run_request`).
 
 The socket is ``.jpfs/local/query.sock`` (mode 0600; the daemon also checks the peer's
 uid). A path longer than ``sun_path`` allows (108 bytes) is reached through the
 directory's descriptor, ``/proc/self/fd/N/query.sock``: same file, short name.
 
-Protocol: one request per connection. The client sends one line of JSON (:class:`Ask`
+Protocol: one request per connection. The client sends one line of JSON (:class:`QueryRequest`
 plus ``v``, ``cfg`` and ``env``); the daemon answers with JSON lines:
 
     {"type": "declined", "reason": ...}        not served here: run in process
@@ -55,7 +55,7 @@ _SUN_PATH_MAX = 107  # bytes, without the trailing NUL
 
 
 @dataclass(frozen=True)
-class Ask:
+class QueryRequest:
     """What one ``jpfs query`` run asks for, as the CLI parsed it. The daemon's check of
     a request on the socket is made from these fields (``queryserver.SCHEMA``): their
     types, and the JSON schema a field's ``metadata["schema"]`` adds."""
@@ -150,9 +150,9 @@ def _error(message: Mapping[str, Any]) -> JpfsError:
     return exc
 
 
-def ask(
+def hand_over(
     local_dir: Path,
-    request: Ask,
+    request: QueryRequest,
     cfg: Sequence[str],
     *,
     on_text: Callable[[str | None], None] | None = None,
@@ -227,7 +227,7 @@ def _receive(
 
 def hand_or_run(
     local_dir: Path,
-    request: Ask,
+    request: QueryRequest,
     cfg: Sequence[str],
     here: Callable[[], Outcome],
     *,
@@ -236,6 +236,6 @@ def hand_or_run(
 ) -> Outcome:
     """The one policy for a query: the workspace's daemon runs it when one takes it
     (it has the model's SDK loaded; the caller then imports none of it), else
-    ``here()`` does (``jpfs.services.run.query.ask`` with the caller's runners)."""
-    handed = ask(local_dir, request, cfg, on_text=on_text, on_note=on_note)
+    ``here()`` does (``jpfs.services.run.query.run_request`` with the caller's runners)."""
+    handed = hand_over(local_dir, request, cfg, on_text=on_text, on_note=on_note)
     return handed if handed is not None else here()

@@ -24,8 +24,8 @@ from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
 from jpfs.errors import StateError
 from jpfs.services.conversations import budgets, inputs, lifecycle, onboarding
-from jpfs.services.run.handoff import Ask
 from jpfs.services.run.handoff import Outcome as Outcome  # its home: the client needs it light
+from jpfs.services.run.handoff import QueryRequest
 from jpfs.services.run.runtime import Runner
 
 if TYPE_CHECKING:
@@ -150,9 +150,9 @@ def query(
     return dataclasses.replace(result, usage=ws.spending.subtree(conv.id).since(before).to_json())
 
 
-def ask(
+def run_request(
     ws: Workspace,
-    request: Ask,
+    request: QueryRequest,
     runner_for: Callable[[str], Runner],
     *,
     on_text: Callable[[str | None], None] | None = None,

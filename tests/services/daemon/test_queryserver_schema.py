@@ -1,4 +1,4 @@
-"""The query socket's schema is made from the request's dataclass (handoff.Ask): the
+"""The query socket's schema is made from the request's dataclass (handoff.QueryRequest): the
 same schema the daemon checked requests with when it was written by hand."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from jpfs.services.daemon import queryserver
 from jpfs.services.run import handoff
 
 _STRING_OR_NULL = {"type": ["string", "null"]}
-# The schema as it was written beside handoff.Ask before it was made from it.
+# The schema as it was written beside handoff.QueryRequest before it was made from it.
 WRITTEN = {
     "type": "object",
     "additionalProperties": False,
@@ -54,8 +54,8 @@ def test_the_schema_made_from_the_request_is_the_one_written_by_hand() -> None:
 )  # fmt: skip
 def test_requests_the_daemon_takes(fields: dict[str, object]) -> None:
     request = queryserver.parse(line(**fields))
-    ask = handoff.Ask(**{k: v for k, v in request.items() if k in queryserver._REQUEST})
-    assert {k: getattr(ask, k) for k in fields if k != "stream"} == {
+    asked = handoff.QueryRequest(**{k: v for k, v in request.items() if k in queryserver._REQUEST})
+    assert {k: getattr(asked, k) for k in fields if k != "stream"} == {
         k: v for k, v in fields.items() if k != "stream"
     }
 
@@ -80,7 +80,7 @@ def test_requests_the_daemon_refuses(fields: dict[str, object], said: str) -> No
 
 def test_a_field_added_to_the_request_is_one_the_schema_checks() -> None:
     @dataclasses.dataclass(frozen=True)
-    class Wider(handoff.Ask):
+    class Wider(handoff.QueryRequest):
         priority: int | None = None
 
     properties, required = queryserver.request_schema(Wider)

@@ -203,7 +203,7 @@ def test_a_stale_socket_without_a_daemon_falls_back_at_once(
         stale.bind(address)  # a socket file nobody listens on: what a killed daemon leaves
     stale.close()
     started = time.monotonic()
-    assert handoff.ask(local, handoff.Ask("hi"), []) is None
+    assert handoff.hand_over(local, handoff.QueryRequest("hi"), []) is None
     assert (
         time.monotonic() - started < 3.0
     )  # at once: no wait for an answer (bound for a loaded machine)
