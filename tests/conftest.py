@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -86,14 +87,50 @@ def rgit(ws: Path, *args: str, check: bool = True) -> str:
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
+def repo(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("# project\n", encoding="utf-8")
-    git(path, "add", "README.md")
-    git(path, "commit", "-q", "-m", "initial")
+    copy_repo(_template("repo", tmp_path_factory), path)
     return path
+
+
+# `git init` (and `jpfs init`, for `ws`) run once per test process, into templates that
+# each test gets a copy of: hundreds of tests start from them, and a copy costs a few ms
+# against ~35 ms for the repository and ~110 ms more for the workspace. A copy is what
+# init made, file for file, but for its stat data (inodes, ctimes: git and jpfs's
+# caches look at such files again) and the two files that name the record's linked
+# worktree by its absolute path, written again for the copy.
+_TEMPLATES: dict[str, Path] = {}
+
+
+def _template(kind: str, factory: pytest.TempPathFactory) -> Path:
+    if kind not in _TEMPLATES:
+        path = factory.mktemp(f"template-{kind}") / "repo"
+        if kind == "repo":
+            path.mkdir()
+            git(path, "init", "-q", "-b", "main")
+            (path / "README.md").write_text("# project\n", encoding="utf-8")
+            git(path, "add", "README.md")
+            git(path, "commit", "-q", "-m", "initial")
+        else:
+            copy_repo(_template("repo", factory), path)
+            with pytest.MonkeyPatch.context() as env:  # made as `ws` was: no jpfs settings
+                for key in [k for k in os.environ if k.startswith("JPFS_")]:
+                    env.delenv(key)
+                result = run_cli(path, "init")
+            assert result.code == 0, result.stderr
+        _TEMPLATES[kind] = path
+    return _TEMPLATES[kind]
+
+
+def copy_repo(src: Path, dst: Path) -> None:
+    """The repository and work trees at ``src`` copied to ``dst``, its linked worktrees
+    (the record's ``conversations/``) linked to the copy."""
+    shutil.copytree(src, dst, symlinks=True)
+    admins = dst / ".git" / "worktrees"
+    for admin in admins.iterdir() if admins.is_dir() else ():
+        dotgit = dst / Path((admin / "gitdir").read_text(encoding="utf-8").strip()).relative_to(src)
+        (admin / "gitdir").write_text(f"{dotgit}\n", encoding="utf-8")
+        dotgit.write_text(f"gitdir: {admin}\n", encoding="utf-8")
 
 
 @dataclass
@@ -108,28 +145,33 @@ def cli(repo: Path) -> Callable[..., Result]:
     """Run the jpfs CLI in-process (``main(argv)``), stdout/stderr captured, in ``repo``."""
 
     def run(*args: str, cwd: Path | None = None, stdin: str = "") -> Result:
-        from jpfs.cli.main import main
-
-        out, err = io.StringIO(), io.StringIO()
-        old = Path.cwd()
-        os.chdir(cwd or repo)
-        old_stdin = sys.stdin
-        sys.stdin = io.StringIO(stdin)
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = main(list(args))
-        finally:
-            sys.stdin = old_stdin
-            os.chdir(old)
-        return Result(code, out.getvalue(), err.getvalue())
+        return run_cli(cwd or repo, *args, stdin=stdin)
 
     return run
 
 
+def run_cli(cwd: Path, *args: str, stdin: str = "") -> Result:
+    from jpfs.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old = Path.cwd()
+    os.chdir(cwd)
+    old_stdin = sys.stdin
+    sys.stdin = io.StringIO(stdin)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        sys.stdin = old_stdin
+        os.chdir(old)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
-def ws(repo: Path, cli: Callable[..., Result]) -> Path:
-    result = cli("init")
-    assert result.code == 0, result.stderr
+def ws(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``repo`` after ``jpfs init`` (a copy of the template's)."""
+    shutil.rmtree(repo)
+    copy_repo(_template("ws", tmp_path_factory), repo)
     return repo
 
 
