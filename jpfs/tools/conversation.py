@@ -37,7 +37,7 @@ def allowed_agents(config: AgentConfig) -> list[str]:
 
 
 def jp_query(ctx: ToolContext, args: JsonDict) -> str:
-    from jpfs.services.run.query import query
+    from jpfs.services.run.query import Query, run
 
     ws = ctx.ws()
     config = ctx.settings
@@ -65,37 +65,35 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
             # A crash between creating the child and writing its task.md: hand it the task.
             empty = tree.state_of(Conversation(ws.conv_root, existing)) == "empty"
             again = text if empty else None
-            return str(
-                query(ws, again, conv_id=existing, within=ctx.conversation, runner=runner).wrapped()
-            )
+            handed = Query(again, conv_id=existing, within=ctx.conversation)
+            return run(ws, handed, runner=runner).wrapped()
         parent = Conversation(ws.conv_root, ctx.conversation)
         control.check_limits(ws, parent, agent=True, starting=False)
         try:
-            result = query(
-                ws,
+            child = Query(
                 text,
                 parent=ctx.conversation,
                 agent=name,
                 overrides=overrides,
-                runner=runner,
                 extra={"origin_call": call_id or None},
                 author=record.agent_identity(config.name or "agent"),
-                **budget,
+                budget_tokens=args.get("budget_tokens"),
+                budget_usd=args.get("budget_usd"),
             )
+            result = run(ws, child, runner=runner)
         except (ProfileError, LimitError) as exc:
             raise ToolError(str(exc)) from exc
         return _answer(result, report)
     if overrides or budget:
         given = "overrides" if overrides else " and ".join(budget)
         raise ToolError(f'{given} apply only when creating a conversation (id="new")')
-    result = query(
-        ws,
+    going_on = Query(
         text,
         conv_id=target,
         within=ctx.conversation,
-        runner=runner,
         author=record.agent_identity(config.name or "agent"),
     )
+    result = run(ws, going_on, runner=runner)
     return _answer(result, report)
 
 

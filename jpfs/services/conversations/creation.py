@@ -83,6 +83,7 @@ class Spec:
     title: str = ""
     task: str | None = None
     config: Mapping[str, Any] | None = None
+    from_profile: bool = False  # ``config`` is agent_config's, of this agent: admitted at once
     overrides: Sequence[str] = ()
     onboarding: bool | None = None
     hidden: bool = False
@@ -101,7 +102,7 @@ def create(ws: Workspace, spec: Spec) -> Conversation:
         ws.ensure_record()  # refuse (old layout, SHA-256) before writing anything
     conv_id = ids.validate(spec.id)
     authorize(ws, spec.actor, spec.agent, ids.parent(conv_id))
-    made_here = spec.config is None
+    made_here = spec.config is None or spec.from_profile
     config = (
         agent_config(ws, spec.agent, spec.overrides, spec.onboarding)
         if spec.config is None

@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jpfs.core import agentconfig, frontmatter, ids, record, transcript, tree
@@ -67,57 +68,73 @@ def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
     return agent
 
 
-def new_conversation(
-    ws: Workspace,
-    conv_id: str | None = None,
-    *,
-    parent: str | None = None,
-    agent: str | None = None,
-    title: str = "",
-    hidden: bool = False,
-    tmp: dt.timedelta | None = None,
-    activate: bool = False,
-    overrides: Sequence[str] = (),
-    onboarding: bool | None = None,
-    task: str | None = None,
-    config: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
-    commit: bool = True,
-    author: Identity | None = None,
-    scoped: bool = False,
-    locked: bool = False,
-) -> Conversation:
-    """Create a conversation (optionally with its task) and commit it
-    (:func:`jpfs.services.conversations.creation.create`, every rule applied).
+@dataclass(frozen=True)
+class NewConversation:
+    """A conversation a caller asks for (:func:`create_new`): ``conv_id`` a segment
+    under ``parent`` or a whole id (None: generated); ``author`` who wrote the task,
+    the user (None) or a calling agent; ``scoped``: made for a caller confined to a
+    subtree (``--root-id``, a seed's tool script), whose tool checked the profile
+    against its own list; ``locked``: the caller holds the conversation's lock."""
 
-    ``author`` is who wrote the task: the user (None) or a calling agent. ``scoped``:
-    made for a caller confined to a subtree (``--root-id``, a seed's tool script), whose
-    tool checked the profile against its own list. ``locked``: the caller holds the
-    conversation's lock.
-    """
+    conv_id: str | None = None
+    parent: str | None = None
+    agent: str | None = None  # None: conversations.default_agent
+    title: str = ""
+    hidden: bool = False
+    tmp: dt.timedelta | None = None
+    activate: bool = False
+    overrides: Sequence[str] = ()
+    onboarding: bool | None = None
+    task: str | None = None
+    # Given: its configuration (a copy's, a budgeted child's, a session's); None: made
+    # from the profile. ``from_profile``: the given one is the profile's own, as
+    # :func:`agent_config` made it (admitted at once, as one made here).
+    config: Mapping[str, Any] | None = None
+    from_profile: bool = False
+    extra: Mapping[str, Any] | None = None
+    commit: bool = True
+    author: Identity | None = None
+    scoped: bool = False
+    locked: bool = False
+
+
+def new_conversation(ws: Workspace, conv_id: str | None = None, **fields: Any) -> Conversation:
+    """:func:`create_new` of ``NewConversation(conv_id, **fields)``: the keyword form."""
+    return create_new(ws, NewConversation(conv_id, **fields))
+
+
+def create_new(ws: Workspace, request: NewConversation) -> Conversation:
+    """Create a conversation (optionally with its task) and commit it
+    (:func:`jpfs.services.conversations.creation.create`, every rule applied)."""
+    parent = request.parent
     if parent is not None:
         parent = resolve(ws.conv_root, parent)
+    conv_id = request.conv_id
     full_id = ids.join(parent, conv_id or ids.generate()) if conv_id or parent else ids.generate()
-    actor = creation.USER if author is None and not scoped else creation.agent_actor(author)
+    if request.author is None and not request.scoped:
+        actor = creation.USER
+    else:
+        actor = creation.agent_actor(request.author)
     conv = creation.create(
         ws,
         creation.Spec(
             full_id,
-            agent or ws.config.default_agent,
+            request.agent or ws.config.default_agent,
             actor,
-            title=title,
-            task=task,
-            config=config,
-            overrides=overrides,
-            onboarding=onboarding,
-            hidden=hidden,
-            expires=now() + tmp if tmp else None,
-            extra=extra or {},
-            locked=locked,
-            commit=commit,
+            title=request.title,
+            task=request.task,
+            config=request.config,
+            from_profile=request.from_profile,
+            overrides=request.overrides,
+            onboarding=request.onboarding,
+            hidden=request.hidden,
+            expires=now() + request.tmp if request.tmp else None,
+            extra=request.extra or {},
+            locked=request.locked,
+            commit=request.commit,
         ),
     )
-    if activate:
+    if request.activate:
         set_active(ws, conv.id)
     return conv
 

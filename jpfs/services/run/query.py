@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jpfs.core import ids, locks, scope, tree
@@ -52,55 +53,87 @@ def outcome(conv: Conversation, state: State) -> Outcome:
     return Outcome(conv.id, state, text)
 
 
+@dataclass(frozen=True)
+class Query:
+    """What :func:`run` is asked: ``text`` for a conversation, a new one (no
+    ``conv_id``) or one that goes on."""
+
+    text: str | None
+    conv_id: str | None = None  # the conversation to go on with (None: a new one)
+    within: str | None = None  # ``conv_id`` is resolved inside this subtree
+    activate: bool = False
+    author: Identity | None = None  # who wrote ``text``: the user (None) or an agent
+    # A new conversation: where, with which agent, and how.
+    parent: str | None = None
+    segment: str | None = None
+    agent: str | None = None
+    overrides: Sequence[str] = ()
+    onboarding_enabled: bool | None = None
+    hidden: bool = False
+    tmp: dt.timedelta | None = None
+    extra: Mapping[str, object] | None = None
+    # Its budget: at most what ``parent`` has left (budgets.for_child).
+    budget_tokens: int | None = None
+    budget_usd: float | None = None
+    scoped: bool = False  # made for a caller confined to a subtree (its tool checked the agent)
+    # Its configuration, when the caller built it already from ``agent``'s profile
+    # (with ``overrides`` and ``onboarding_enabled``): not built again.
+    config: Mapping[str, Any] | None = None
+
+
 def query(
     ws: Workspace,
     text: str | None,
     *,
-    conv_id: str | None = None,
-    parent: str | None = None,
-    segment: str | None = None,
-    agent: str | None = None,
-    overrides: Sequence[str] = (),
-    onboarding_enabled: bool | None = None,
-    hidden: bool = False,
-    tmp: dt.timedelta | None = None,
-    activate: bool = False,
-    within: str | None = None,
     runner: Runner | None = None,
-    extra: dict[str, object] | None = None,
-    author: Identity | None = None,
     on_text: Callable[[str | None], None] | None = None,
-    budget_tokens: int | None = None,
-    budget_usd: float | None = None,
-    scoped: bool = False,
+    **fields: Any,
 ) -> Outcome:
-    """Create (no ``conv_id``) or continue a conversation with ``text`` and run it.
+    """:func:`run` of ``Query(text, **fields)``: the keyword form, for callers that name
+    a few of its fields (the library, scripts, tests)."""
+    return run(ws, Query(text, **fields), runner=runner, on_text=on_text)
+
+
+def run(
+    ws: Workspace,
+    request: Query,
+    *,
+    runner: Runner | None = None,
+    on_text: Callable[[str | None], None] | None = None,
+) -> Outcome:
+    """Create (no ``conv_id``) or continue a conversation with ``request.text`` and run it.
 
     ``on_text`` gets the text of its work turns as the provider streams it (``None``
-    when a turn begins); its sub-agents' turns are not streamed. ``budget_tokens`` /
-    ``budget_usd``: a new conversation's budget, at most what ``parent`` has left
+    when a turn begins); its sub-agents' turns are not streamed. A budget is a new
+    conversation's, at most what its parent has left
     (:func:`jpfs.services.conversations.budgets.for_child`)."""
     runner = runner or Runner(ws)
-    config = None
+    text, conv_id, parent, agent = request.text, request.conv_id, request.parent, request.agent
+    config = request.config
+    budgeted = request.budget_tokens is not None or request.budget_usd is not None
     if conv_id is None:
         if parent is not None:
             parent = scope.resolve(ws.conv_root, parent)
-        target = ids.join(parent, segment or ids.generate())
-        if budget_tokens is not None or budget_usd is not None:
+        target = ids.join(parent, request.segment or ids.generate())
+        if budgeted:
             # Checked before its config is built (and again as it is created).
             name = agent or ws.config.default_agent
-            if author is None and not scoped:  # a calling agent's tool checked its list
-                lifecycle.require_allowed(ws, name, parent)
+            if request.author is None and not request.scoped:
+                lifecycle.require_allowed(ws, name, parent)  # else its tool checked its list
             caller = Conversation(ws.conv_root, parent) if parent is not None else None
-            base = lifecycle.agent_config(ws, name, overrides, onboarding_enabled)
-            config = budgets.for_child(ws, caller, base, budget_tokens, budget_usd)
+            base = dict(config) if config is not None else None
+            if base is None:
+                base = lifecycle.agent_config(
+                    ws, name, request.overrides, request.onboarding_enabled
+                )
+            config = budgets.for_child(ws, caller, base, request.budget_tokens, request.budget_usd)
     else:
-        if budget_tokens is not None or budget_usd is not None:
+        if budgeted:
             raise StateError(
                 "a budget is given when a conversation is created; "
                 f"{conv_id} exists (its budget is in its conversation.toml)"
             )
-        target = scope.resolve(ws.conv_root, conv_id, within=within)
+        target = scope.resolve(ws.conv_root, conv_id, within=request.within)
     # The lock covers the input too: a daemon must not start the run between the
     # input being written and this caller running it.
     wait = runner.lock_wait
@@ -121,23 +154,24 @@ def query(
                 target,
                 agent=agent,
                 title=lifecycle.title_of(text),
-                hidden=hidden,
-                tmp=tmp,
-                activate=activate,
-                overrides=overrides,
-                onboarding=onboarding_enabled,
+                hidden=request.hidden,
+                tmp=request.tmp,
+                activate=request.activate,
+                overrides=request.overrides,
+                onboarding=request.onboarding_enabled,
                 task=text or "",
-                config=config,
-                extra=dict(extra or {}),
-                author=author,
-                scoped=scoped,
+                config=None if config is None else dict(config),
+                from_profile=config is not None and not budgeted,
+                extra=dict(request.extra or {}),
+                author=request.author,
+                scoped=request.scoped,
                 locked=True,
             )
         else:
             conv = Conversation(ws.conv_root, target)
             if text:
-                inputs.submit(ws, conv, text, author=author)
-            if activate:
+                inputs.submit(ws, conv, text, author=request.author)
+            if request.activate:
                 lifecycle.set_active(ws, conv.id)
         if on_text is not None:
             runner.streams[conv.id] = on_text
@@ -190,18 +224,15 @@ def run_request(
     if config:
         runner.provider(config)
     if conv_id is not None:
-        return query(
-            ws,
+        going_on = Query(
             request.text,
             conv_id=conv_id,
             within=within,
-            runner=runner,
-            on_text=on_text,
             budget_tokens=request.budget_tokens,
             budget_usd=request.budget_usd,
         )
-    return query(
-        ws,
+        return run(ws, going_on, runner=runner, on_text=on_text)
+    new = Query(
         request.text,
         parent=within,
         segment=segment,
@@ -210,9 +241,9 @@ def run_request(
         hidden=request.hidden,
         tmp=tmp,
         activate=request.activate,
-        runner=runner,
-        on_text=on_text,
         budget_tokens=request.budget_tokens,
         budget_usd=request.budget_usd,
         scoped=within is not None,
+        config=config,
     )
+    return run(ws, new, runner=runner, on_text=on_text)
