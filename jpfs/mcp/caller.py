@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jpfs.core import ids, locks, profiles, record, scope, tree
+from jpfs.core import agentconfig, ids, locks, profiles, record, scope, tree
+from jpfs.core.agentconfig import AgentConfig
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import AGENT_ACTS
 from jpfs.core.tool import Tool, ToolContext
@@ -145,6 +146,11 @@ class Caller:
     # Told the id of a root created on demand (``jpfs mcp`` prints it to stderr).
     announce: Callable[[str], None] | None = None
     _root_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def settings(self) -> AgentConfig:
+        """:attr:`config`, typed."""
+        return agentconfig.view(self.config)
 
     def conversation(self) -> str:
         with self._root_lock:

@@ -38,7 +38,7 @@ def instructions(caller: Caller) -> str:
     where = f"conversation {caller.root!r}" if caller.root else "a new top-level conversation"
     return (
         f"jpfs workspace {caller.ws.root}: you act as {where}. jp_query starts sub-agents"
-        " (profiles: " + ", ".join(caller.config["tools"]["agents"]) + ") in child"
+        " (profiles: " + ", ".join(caller.settings.tools.agents) + ") in child"
         " conversations and returns their final answer or their onboarding questions;"
         " the other tools read, mail and manage your sub-conversations by id. Only your"
         " own descendants can be named."

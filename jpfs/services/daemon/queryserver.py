@@ -118,7 +118,7 @@ def used_providers(ws: Workspace) -> list[str]:
 
     kinds: dict[str, None] = {}
     seen: set[str] = set()
-    todo = [str(a) for a in ws.config["agents.allowed"]]
+    todo = list(ws.config.agents_allowed)
     while todo:
         name = todo.pop()
         if name in seen:
@@ -126,11 +126,11 @@ def used_providers(ws: Workspace) -> list[str]:
         seen.add(name)
         for where in (ws.agents_dir, policy.kept_agents(ws)):
             try:
-                config = profiles.load(where, name).config
+                config = profiles.load(where, name).settings
             except (OSError, JpfsError):
                 continue  # missing or broken here: its runs say so
-            kinds[str(config.get("provider", "anthropic"))] = None
-            todo.extend(str(a) for a in config.get("tools", {}).get("agents", []))
+            kinds[config.provider] = None
+            todo.extend(config.tools.agents)
             break
     return list(kinds)
 
@@ -333,7 +333,7 @@ class QueryServer:
             log.info("%s: query handed over by the CLI", target)
             return self.runner(
                 cancel=conn.cancel,
-                lock_wait=float(self.ws.config["query.lock_wait"]),
+                lock_wait=self.ws.config.query_lock_wait,
                 progress=lambda text: conn.send({"type": "note", "text": text}),
             )
 

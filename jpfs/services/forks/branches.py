@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jpfs.core import ids, record
+from jpfs.core import agentconfig, ids, record
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import WORKTREES_DIR, Workspace
 from jpfs.errors import GitError, ScopeError, StateError
@@ -221,7 +221,7 @@ def plan(ws: Workspace, conv_id: str, config: Mapping[str, Any]) -> dict[str, An
     (the caller records HEAD).
     """
     parent = enclosing_fork(ws, ids.parent(conv_id))
-    branch_profile = config.get("workspace") == "branch"
+    branch_profile = agentconfig.view(config).workspace == "branch"
     if parent is None and not branch_profile:
         return {}
     if parent is not None:
@@ -319,7 +319,7 @@ def adopt(ws: Workspace, conv: Conversation) -> Fork | None:
 def files_root(ws: Workspace, conv: Conversation) -> Path:
     """Where ``conv``'s file tools work: its (inherited) worktree, else the main work tree."""
     fork = enclosing_fork(ws, conv.id)
-    if (fork is None or fork.conv_id != conv.id) and conv.config.get("workspace") == "branch":
+    if (fork is None or fork.conv_id != conv.id) and conv.settings.workspace == "branch":
         fork = adopt(ws, conv)
     return ws.root if fork is None else ensure_worktree(ws, fork)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from jpfs.core import failures, profiles, recordbranch
+from jpfs.core import agentconfig, failures, profiles, recordbranch
 from jpfs.core import workspace as workspace_mod
+from jpfs.core.agentconfig import AgentConfig
 from jpfs.errors import JpfsError
 from jpfs.infra import git
 
@@ -131,10 +131,10 @@ def _api_key(ws: workspace_mod.Workspace) -> Check:
 
     default = ws.config.default_agent
     try:
-        config = policy.load_profile(ws, default, trusted=False).config
+        config = policy.load_profile(ws, default, trusted=False).settings
     except JpfsError:
-        config = {}
-    provider = config.get("provider") or "anthropic"
+        config = agentconfig.view({})
+    provider = config.provider or "anthropic"
     if provider == "openai":
         return _openai_key(default, config)
     if os.environ.get("ANTHROPIC_API_KEY", "").strip():
@@ -148,13 +148,13 @@ def _api_key(ws: workspace_mod.Workspace) -> Check:
     )  # fmt: skip
 
 
-def _openai_key(default: str, config: Mapping[str, Any]) -> Check:
+def _openai_key(default: str, config: AgentConfig) -> Check:
     """An OpenAI-compatible default agent: its key variable, unless a local server (a
     ``base_url``, its own or ``OPENAI_BASE_URL``) needs none."""
-    name = str(config.get("api_key_env") or "OPENAI_API_KEY")
+    name = config.api_key_env or "OPENAI_API_KEY"
     if os.environ.get(name, "").strip():
         return Check("api key", "ok", f"{name} is set (default agent {default}: openai)")
-    if config.get("base_url") or os.environ.get("OPENAI_BASE_URL", "").strip():
+    if config.base_url or os.environ.get("OPENAI_BASE_URL", "").strip():
         return Check("api key", "ok", f"not needed: {default} talks to a server of its own")
     return Check(
         "api key", "warn", f"{name} is not set, and the default agent ({default}) needs it",

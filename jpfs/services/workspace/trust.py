@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jpfs.core.agentconfig import AgentConfig
 from jpfs.core.profiles import Profile, available, load, profile_path
 from jpfs.errors import ProfileError, UntrustedProfile
 from jpfs.infra import textfile
@@ -40,11 +41,11 @@ class Standing:
         }
 
 
-def runs_programs(config: dict[str, Any]) -> str:
+def runs_programs(config: AgentConfig) -> str:
     """What in a profile runs local programs ("" if nothing does)."""
-    if config.get("provider") == "command":
+    if config.provider == "command":
         return 'provider = "command"'
-    if config.get("tools", {}).get("command"):
+    if config.tools.command:
         return "command tools"
     return ""
 
@@ -54,7 +55,7 @@ def require(
 ) -> None:
     """Refuse ``profile`` if it runs programs and its current content (``content``,
     the bytes it was parsed from, or its file's) is not trusted."""
-    what = runs_programs(profile.config)
+    what = runs_programs(profile.settings)
     if not what:
         return
     known = _load(local_dir).get(profile.name)
@@ -76,7 +77,7 @@ def standing(agents_dir: Path, local_dir: Path) -> list[Standing]:
     out = []
     for name in available(agents_dir):
         try:
-            what = runs_programs(load(agents_dir, name).config)
+            what = runs_programs(load(agents_dir, name).settings)
         except ProfileError:
             what = "unreadable profile"
         digest = _digest(profile_path(agents_dir, name))
