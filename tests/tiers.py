@@ -27,8 +27,11 @@ from pathlib import Path
 import pytest
 
 # What starts a process or a server: tests/conftest.py's daemon, tests/gitservers.py's
-# servers, test_daemon_helpers' daemon process.
-SLOW_NAMES = frozenset({"running_daemon", "DaemonProc", "GitDaemon", "SmartHttp", "Sshd"})
+# servers, test_daemon_helpers' daemon process, the MCP SDK's client (it starts the
+# server it talks to: `jpfs mcp`, however its command line was written).
+SLOW_NAMES = frozenset(
+    {"running_daemon", "DaemonProc", "GitDaemon", "SmartHttp", "Sshd", "stdio_client"}
+)
 # The local API servers, made by a test or a fixture (a name in an annotation is no server).
 SERVERS = frozenset({"MessagesServer", "ChatServer"})
 # Fixtures named for clarity, or whose need is not in their code: the API servers (and
@@ -38,7 +41,8 @@ SLOW_FIXTURES = frozenset({"messages_server", "chat_server", "claude"})
 _DAEMON_VERBS = frozenset({"start", "run", "stop"})
 # Slow by nature (module path -> test names; empty: all of the module's): the
 # benchmarks run end to end (daemons, git servers), a wheel built and installed, a
-# randomized comparison of two committers, a storm of signals at ten child processes.
+# randomized comparison of two committers, signals at ten child processes one after
+# another (a storm at each, or each spinning until its signal lands).
 SLOW_TESTS: dict[str, frozenset[str]] = {
     "tests/test_bench_smoke.py": frozenset(),
     "tests/test_packaging.py": frozenset({"test_the_wheel_installs_and_runs_the_readmes_example"}),
@@ -46,7 +50,10 @@ SLOW_TESTS: dict[str, frozenset[str]] = {
         {"test_fast_and_reference_committers_make_the_same_commits"}
     ),
     "tests/services/daemon/test_daemon_signals.py": frozenset(
-        {"test_signals_landing_in_the_reconcilers_wait_never_strand_it"}
+        {
+            "test_signals_landing_in_the_reconcilers_wait_never_strand_it",
+            "test_a_signal_landing_inside_event_set_never_deadlocks",
+        }
     ),
 }
 
