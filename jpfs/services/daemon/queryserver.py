@@ -87,7 +87,17 @@ class BadRequest(JpfsError):
     pass
 
 
-def parse(line: bytes) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Handed:
+    """A request as it came over the socket: the query, and how the client runs."""
+
+    request: handoff.QueryRequest
+    stream: bool  # the client shows the answer as it streams
+    cfg: tuple[str, ...]  # its --cfg layers
+    env: str  # its environment's digest (handoff.env_digest)
+
+
+def parse(line: bytes) -> Handed:
     """The request in ``line``, or :class:`BadRequest` saying what is wrong with it."""
     import jsonschema
 
@@ -102,7 +112,12 @@ def parse(line: bytes) -> dict[str, Any]:
         where = "/".join(str(p) for p in errors[0].absolute_path)
         raise BadRequest(f"bad request: {where + ': ' if where else ''}{errors[0].message}")
     assert isinstance(message, dict)
-    return message
+    return Handed(
+        handoff.QueryRequest(**{k: v for k, v in message.items() if k in _REQUEST}),
+        stream=bool(message.get("stream", False)),
+        cfg=tuple(message["cfg"]),
+        env=str(message["env"]),
+    )
 
 
 def used_providers(ws: Workspace) -> list[str]:
@@ -284,18 +299,18 @@ class QueryServer:
                 log.warning("refused a query from another user")
                 return
             try:
-                request = parse(conn.read_request())
+                handed = parse(conn.read_request())
             except (BadRequest, OSError) as exc:
                 message = str(exc) if isinstance(exc, BadRequest) else f"bad request: {exc}"
                 log.warning("query socket: %s", message)
                 conn.send({"type": "error", "kind": "BadRequest", "message": message, "exit": 2})
                 return
-            reason = self._declines(request)
+            reason = self._declines(handed)
             if reason:
                 log.info("query not taken (%s): the client runs it itself", reason)
                 conn.send({"type": "declined", "reason": reason})
                 return
-            self._run(conn, request)
+            self._run(conn, handed)
         finally:
             with self._lock:
                 self._connections.discard(conn)
@@ -311,18 +326,17 @@ class QueryServer:
         _pid, uid, _gid = struct.unpack("3i", creds)
         return bool(uid == os.getuid())
 
-    def _declines(self, request: Mapping[str, Any]) -> str:
-        """Why this daemon would not run ``request`` as the client would ("" if it would)."""
+    def _declines(self, handed: Handed) -> str:
+        """Why this daemon would not run ``handed`` as the client would ("" if it would)."""
         if self.stopping.is_set():
             return "the daemon is stopping"
-        if list(request["cfg"]) != self.cfg:
+        if list(handed.cfg) != self.cfg:
             return "other --cfg layers than the daemon's"
-        if request["env"] != self.env:
+        if handed.env != self.env:
             return "another environment than the daemon's"
         return ""
 
-    def _run(self, conn: Connection, request: Mapping[str, Any]) -> None:
-        asked = handoff.QueryRequest(**{k: request[k] for k in _REQUEST if k in request})
+    def _run(self, conn: Connection, handed: Handed) -> None:
         watcher = threading.Thread(target=conn.watch_hangup, name="jpfs-query-hangup", daemon=True)
         started: list[str] = []
 
@@ -342,7 +356,7 @@ class QueryServer:
 
         try:
             outcome = query.run_request(
-                self.ws, asked, runner_for, on_text=on_text if request.get("stream") else None
+                self.ws, handed.request, runner_for, on_text=on_text if handed.stream else None
             )
         except Cancelled as exc:
             where = started[0] if started else "query"

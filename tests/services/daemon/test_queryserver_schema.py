@@ -53,11 +53,12 @@ def test_the_schema_made_from_the_request_is_the_one_written_by_hand() -> None:
      {"conv_id": None, "new": True, "tmp": "1h", "stream": True}],
 )  # fmt: skip
 def test_requests_the_daemon_takes(fields: dict[str, object]) -> None:
-    request = queryserver.parse(line(**fields))
-    asked = handoff.QueryRequest(**{k: v for k, v in request.items() if k in queryserver._REQUEST})
-    assert {k: getattr(asked, k) for k in fields if k != "stream"} == {
+    handed = queryserver.parse(line(**fields))
+    assert {k: getattr(handed.request, k) for k in fields if k != "stream"} == {
         k: v for k, v in fields.items() if k != "stream"
     }
+    assert handed.request.text == "hi" and (handed.cfg, handed.env) == ((), "x")
+    assert handed.stream is bool(fields.get("stream", False))
 
 
 @pytest.mark.parametrize(
