@@ -258,7 +258,8 @@ def throughput(
     share: bool = True,
 ) -> tuple[float, dict[str, dict[str, float]]]:
     """Seconds until every result is on the remote (or, not sharing, in the daemon's own
-    record), and the daemons' sync timings summed."""
+    record), and the daemons' sync timings summed over that time (from the writer's
+    sync until the last result is on the remote)."""
     with ExitStack() as stack:
         remote, clones, writer = setup(base, daemons, transport, stack, share)
         try:
@@ -271,6 +272,9 @@ def throughput(
                 conv = into / "conversations" / f"t-{i:04d}"
                 conv.mkdir(parents=True)
                 (conv / "task.md").write_text(f"# Task {i}\n\nSay hello.\n", encoding="utf-8")
+            # The sync steps from here on only: the daemons' start and warm-up are not the
+            # turns' (their idle cycles would count as the turns' round trips).
+            warm = [sync_timings(ws) for ws in clones] if share else []
             t0, wall0 = time.monotonic(), time.time()
             if share:
                 jpfs(writer, "sync")
@@ -286,11 +290,12 @@ def throughput(
             }
             cpu = sum(cpu_seconds(ws) for ws in clones)
             summed["(cpu, daemons)"] = {"count": len(clones), "seconds": cpu}
-            for ws in clones if share else []:
+            for ws, before in zip(clones if share else [], warm, strict=True):
                 for step, value in sync_timings(ws).items():
                     into_step = summed.setdefault(step, {"count": 0, "seconds": 0.0})
-                    into_step["count"] += value["count"]
-                    into_step["seconds"] += value["seconds"]
+                    was = before.get(step, {"count": 0, "seconds": 0.0})
+                    into_step["count"] += value["count"] - was["count"]
+                    into_step["seconds"] += value["seconds"] - was["seconds"]
             return took, summed
         finally:
             for ws in clones:

@@ -170,6 +170,13 @@ class Pool:
             busy = sum(1 for job in jobs if job.phase == "running")
             return bool(len(self._queue)) and busy < self.size
 
+    def full(self) -> bool:
+        """Whether every worker is running a run: nothing more starts here before one
+        ends (the sync thread then needs no news of new work)."""
+        with self._cv:
+            running = sum(1 for job in self._running.values() if job.phase == "running")
+            return running >= self.size
+
     # -- shutting down -----------------------------------------------------------------
     def stop(self) -> None:
         """Graceful: drop the queue, let each run finish its current step."""

@@ -62,7 +62,7 @@ class SharedRecord:
         )
         self._thread = threading.Thread(
             target=cycling.run,
-            args=(self.engine, self._stop, self.pool.starting),
+            args=(self.engine, self._stop, self.pool.starting, self.pool.full),
             name="jpfs-sync",
             daemon=True,
         )

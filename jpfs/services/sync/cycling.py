@@ -18,26 +18,41 @@ log = logging.getLogger("jpfs.services.sync")
 
 # How often wait_started asks (a claim takes 15-150 ms).
 _STARTING_POLL = 0.005
+# A daemon whose workers all run fetches every this many intervals at most (see run).
+FULL_FETCH_EVERY = 2
 
 
 def run(
     engine: SyncEngine,
     stop: threading.Event,
     starting: Callable[[], bool] | None = None,
+    full: Callable[[], bool] | None = None,
 ) -> None:
     """Cycle until ``stop``: every ``interval``, or at once when woken (a run ended).
     ``starting()``: whether a run is about to start here; a cycle waits for those first
     (:func:`wait_started`), at most an ``interval``, and not while a lease held would
-    meanwhile go half its duration without a renewal."""
+    meanwhile go half its duration without a renewal. ``full()``: whether every worker
+    here is running a run; then a cycle fetches only if the last fetch began
+    :data:`FULL_FETCH_EVERY` intervals ago (or a quarter lease: a claim trusts a view
+    half a lease old, and a takeover waits a lease from the first sight of a value),
+    and otherwise only pushes (results, renewals): news of new work could start nothing
+    here, and each fetch is a process and a session on the remote, beside the runs and
+    the peers' fetches."""
     woken = False
     while not stop.is_set():
         engine.wake.clear()
         if starting is not None and not engine.book.urgent(time.monotonic() + engine.interval):
             wait_started(starting, stop, engine.interval)
         began, failed = time.monotonic(), True
+        fetch = (
+            full is None
+            or began - engine.observed_at
+            >= min(FULL_FETCH_EVERY * engine.interval, engine.book.duration / 4)
+            or not full()
+        )
         try:
             # Woken: a run ended, its work to push.
-            engine.sync_once(eager=woken)
+            engine.sync_once(eager=woken, fetch=fetch)
             engine.sweep()
             engine.stats.last_error = ""
             failed = False

@@ -110,7 +110,7 @@ class SyncEngine:
 
     # -- one cycle ---------------------------------------------------------------------------
     def sync_once(
-        self, *, push: bool = True, eager: bool = False, observe: bool = True
+        self, *, push: bool = True, eager: bool = False, observe: bool = True, fetch: bool = True
     ) -> Integration:
         """Fetch, integrate, push (retrying when a peer pushed in between).
 
@@ -120,7 +120,11 @@ class SyncEngine:
         fetch before it costs a round trip on every result, and at the end of a burst,
         when several machines push at once, it widens each one's window to be overtaken.
         ``observe``: the cycle leaves a view of the leases no older than ``interval``
-        (a daemon's claims rely on it; ``jpfs sync`` holds none)."""
+        (a daemon's claims rely on it; ``jpfs sync`` holds none). ``fetch=False``: only
+        push, unless the push loses (then fetch and merge as always), or a forfeit waits
+        to be merged."""
+        fetch = fetch or not push or bool(self.book.forfeits())
+        observe = observe and fetch
         if push and eager and self._ahead():
             if self.push():
                 if not observe or time.monotonic() - self.observed_at < self.interval:
@@ -128,6 +132,8 @@ class SyncEngine:
                 outcome = self.pull()  # and push below what it merged, if any
             else:
                 outcome = self.pull(fetched=True)  # the failed push fetched theirs
+        elif not fetch:
+            outcome = Integration("up-to-date")  # what we have, pushed if it adds to theirs
         else:
             outcome = self.pull()
             if not push:

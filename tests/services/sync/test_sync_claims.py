@@ -5,6 +5,7 @@ and a claimed conversation brought up to date only when the remote changed it.""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import subprocess
 import threading
 import time
@@ -343,11 +344,13 @@ def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
 
 
 @contextlib.contextmanager
-def cycling_asking(engine: SyncEngine, starting: Callable[[], bool]) -> Iterator[None]:
-    """The engine's sync thread as a daemon runs it, with ``starting`` for its Pool's.
-    Stopped, and checked stopped, on leaving."""
+def cycling_asking(
+    engine: SyncEngine, starting: Callable[[], bool], full: Callable[[], bool] | None = None
+) -> Iterator[None]:
+    """The engine's sync thread as a daemon runs it, with ``starting`` and ``full`` for
+    its Pool's. Stopped, and checked stopped, on leaving."""
     stop = threading.Event()
-    thread = threading.Thread(target=cycling.run, args=(engine, stop, starting))
+    thread = threading.Thread(target=cycling.run, args=(engine, stop, starting, full))
     thread.start()
     try:
         yield
@@ -426,6 +429,29 @@ def test_a_lease_due_for_renewal_does_not_wait_for_runs_starting(
     with cycling_asking(ours, starting):
         wait_until(lambda: refs.resolve(remote, ref) != claimed, message="the renewal")
     assert claimed not in asked  # renewed without waiting
+
+
+def test_a_daemon_whose_workers_all_run_fetches_every_other_cycle_and_still_renews(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """No news could start a run while every worker runs one: a cycle then fetches only
+    if the last fetch began two intervals ago, and pushes all the same."""
+    remote, _, ours, _ = two_clones(ws, tmp_path, cli, interval="1", lease="12")
+    assert ours.claim("job")
+    ref = lease_ref("job")
+    claimed = refs.resolve(remote, ref)
+    at_start: list[int] = []  # the fetches made before each cycle (asked as it starts)
+
+    def starting() -> bool:
+        at_start.append(ours.stats.fetches)
+        return False
+
+    with cycling_asking(ours, starting, full=lambda: True):
+        wait_until(lambda: refs.resolve(remote, ref) != claimed, timeout=30, message="a renewal")
+        wait_until(lambda: len(at_start) >= 6, timeout=30, message="six cycles")
+    fetched = [b - a for a, b in itertools.pairwise(at_start)]
+    assert 0 in fetched and 1 in fetched, at_start  # some cycles fetch, some do not
+    assert ours.stats.forfeits == 0 and ours.book.holds("job")
 
 
 def test_the_wait_for_runs_starting_is_bounded_and_ends_on_stop() -> None:
