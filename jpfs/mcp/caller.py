@@ -92,15 +92,15 @@ def export(
     ws: Workspace, agents: Sequence[str], only: Sequence[str] = (), root: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Tool]]:
     """The caller config and the tools it gets (``only``: a subset of the exported ones)."""
-    config = caller_config(agents, [], root)
-    everything = catalog(config, ws.agents_dir)
+    everything = catalog(caller_config(agents, [], root), ws.agents_dir)
     available = [name for name in EXPORTED if name in everything]
     unknown = [name for name in only if name not in available]
     if unknown:
         raise ConfigError(
             f"not an exported tool: {', '.join(unknown)} (choose from {', '.join(available)})"
         )
-    config["tools"]["allow"] = [name for name in available if not only or name in only]
+    allow = [name for name in available if not only or name in only]
+    config = caller_config(agents, allow, root)
     return config, build_tools(config, ws.agents_dir)
 
 

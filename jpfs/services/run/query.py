@@ -205,7 +205,7 @@ def run_request(
         if active is not None and (within is None or active.startswith(within + "/")):
             conv_id = active
     segment = ids.generate()
-    config: dict[str, Any]
+    config: Mapping[str, Any]
     if conv_id is not None:
         target = scope.resolve(ws.conv_root, conv_id, within=within)
         if request.onboard is False:
