@@ -66,13 +66,13 @@ def run_loop(
     tmp: Path, model: str, managed: bool, files: int, kib: int, server: Any
 ) -> dict[str, Any]:
     """One loop of ``files`` reads; what the record and the server say of it."""
+    from jpfs.api import runner
     from jpfs.core import prices
     from jpfs.core.workspace import open_workspace
     from jpfs.errors import JpfsError
     from jpfs.infra.providers.base import Usage
     from jpfs.services.run import turn
     from jpfs.services.run.query import query
-    from jpfs.services.run.runtime import Runner
     from tests.api_rules import ModelRules, prompt_tokens
     from tests.messages_server import PromptCache, text_reply, tool_results, tool_use_reply
 
@@ -111,7 +111,7 @@ def run_loop(
     refits = turn._REFITS
     turn._REFITS = refits if managed else 0
     try:
-        outcome = query(ws, "Read every file in docs/.", agent="reader", runner=Runner(ws))
+        outcome = query(ws, "Read every file in docs/.", agent="reader", runner=runner(ws))
         conv = outcome.conversation
         completed = outcome.state.value == "idle"
     except JpfsError as exc:

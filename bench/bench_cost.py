@@ -67,9 +67,9 @@ max_turns = 100
 
 def loop(tmp: Path, name: str, cache: bool, turns: int, server: Any) -> dict[str, Any]:
     """One ``turns``-turn tool loop; the usage jpfs recorded for it."""
+    from jpfs.api import runner
     from jpfs.core.workspace import open_workspace
     from jpfs.services.run.query import query
-    from jpfs.services.run.runtime import Runner
     from tests.messages_server import PromptCache, text_reply, tool_results, tool_use_reply
 
     ws_root = make_workspace(tmp / name)
@@ -92,7 +92,7 @@ def loop(tmp: Path, name: str, cache: bool, turns: int, server: Any) -> dict[str
     server.responder = answer
     ws = open_workspace(ws_root)
     t0 = time.perf_counter()
-    outcome = query(ws, "Read notes.md again and again.", agent="looper", runner=Runner(ws))
+    outcome = query(ws, "Read notes.md again and again.", agent="looper", runner=runner(ws))
     took = time.perf_counter() - t0
     spent = ws.spending.subtree(outcome.conversation)
     return {

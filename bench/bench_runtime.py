@@ -121,14 +121,14 @@ class Timer:
 
 def bench_in_process(ws_root: Path, runs: int) -> dict[str, Any]:
     """(a), with per-query medians of its parts: create, run, and time in commits."""
+    from jpfs import api
     from jpfs.core.state import State
     from jpfs.core.workspace import open_workspace
     from jpfs.services.conversations import lifecycle
     from jpfs.services.run.query import query
-    from jpfs.services.run.runtime import Runner
 
     ws = open_workspace(ws_root, search=False)
-    runner = Runner(ws)
+    runner = api.runner(ws)
     timers = {"create": Timer(), "run": Timer(), "commit": Timer()}
     parts: dict[str, list[float]] = {name: [] for name in timers}
     commits: list[int] = []
@@ -168,6 +168,7 @@ def bench_subprocess(ws_root: Path, runs: int) -> tuple[Stats, Stats]:
 
 def bench_fanout(ws_root: Path, runs: int, children: int) -> tuple[Stats, Stats, int]:
     """(K sequential zero queries, one parent fanning out to K, git commits per fan-out)."""
+    from jpfs import api
     from jpfs.core.state import State
     from jpfs.core.workspace import open_workspace
     from jpfs.services.run.query import query
@@ -175,13 +176,13 @@ def bench_fanout(ws_root: Path, runs: int, children: int) -> tuple[Stats, Stats,
     ws = open_workspace(ws_root, search=False)
 
     def fanout() -> None:
-        outcome = query(ws, "go", agent="fanout")
+        outcome = query(ws, "go", agent="fanout", runner=api.runner(ws))
         if outcome.state is not State.IDLE or outcome.text.count("<response") != children:
             raise RuntimeError(f"unexpected fan-out outcome {outcome.state}: {outcome.text[:200]}")
 
     def sequential() -> None:
         for i in range(children):
-            if query(ws, f"part {i}", agent="zero").state is not State.IDLE:
+            if query(ws, f"part {i}", agent="zero", runner=api.runner(ws)).state is not State.IDLE:
                 raise RuntimeError("a zero query did not finish")
 
     before = int(git(ws_root, "rev-list", "--count", "HEAD"))

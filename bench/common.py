@@ -51,13 +51,9 @@ def pin_environment() -> None:
     """Fixed git identity, no system/global git config, no colour, no API keys.
 
     Set on ``os.environ`` so every subprocess a bench starts (git, jpfs) sees it too.
-    Every bench's ``main`` starts here, which makes it an entry point like the CLI: the
-    runners it builds without an App of their own get the tools.
+    Every bench's ``main`` starts here; the runners a bench builds are the library's
+    (``jpfs.api.runner``: its App has the tools).
     """
-    from jpfs.services.run.app import App, use_default
-    from jpfs.tools.registry import build_tools
-
-    use_default(App(build_tools))
     os.environ.update(IDENTITY)
     os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
     os.environ["GIT_CONFIG_GLOBAL"] = os.devnull

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from jpfs.core import locks, scope
 from jpfs.core.conversation import Conversation
@@ -54,14 +55,16 @@ def workspace(where: Where = None) -> Workspace:
 
 @functools.cache
 def app() -> App:
-    """The library's composition root: the App of this process's library calls. They
-    run in process (the caller gets its progress callbacks and its exceptions);
-    ``jpfs.services.run.handoff.hand_or_run`` hands a query to a daemon instead."""
+    """The composition root of the library and the CLI (``jpfs.cli.app``): the one App
+    of this process's runs, built on first use. The library's run in process (the
+    caller gets its progress callbacks and its exceptions);
+    ``jpfs.services.run.handoff.hand_or_run`` hands a CLI query to a daemon instead."""
     return App(build_tools)
 
 
-def runner(ws: Workspace, progress: Progress | None = None) -> Runner:
-    return Runner(ws, app=app(), progress=progress)
+def runner(ws: Workspace, progress: Progress | None = None, **options: Any) -> Runner:
+    """A runner on :func:`app` (``options``: the rest of :class:`Runner`'s fields)."""
+    return Runner(ws, app=app(), progress=progress, **options)
 
 
 def run_detached(argv: Sequence[str]) -> int:

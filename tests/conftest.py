@@ -23,11 +23,8 @@ from tests.messages_server import messages_server  # noqa: F401  (fixture)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Tests are an entry point: runners they build without an App get the tools."""
-    from jpfs.services.run.app import App, use_default
-    from jpfs.tools.registry import build_tools
-
-    use_default(App(build_tools))
+    # Nothing global is filled here: a test that runs agents builds its runners as the
+    # library does (jpfs.api.runner, on jpfs.api.app).
     config.addinivalue_line(
         "markers",
         "slow: starts a daemon, an MCP server, a network server (git, SSH, the API "

@@ -73,18 +73,22 @@ PROBE = textwrap.dedent(
         for attr, size in sizes(sys.modules[name]).items()
         if attr in before and size != before[attr]
     }
+    from jpfs import api
     from jpfs.core import tool
-    from jpfs.services.run import app
+    from jpfs.services.run import runtime
 
-    default = app.default()
+    # No global App remains: the App a runner built without one gets, and whether the
+    # library's (the CLI's too, built on first use) was built by an import.
+    bare = runtime.Runner.__dataclass_fields__["app"].default_factory()
+    built = api.app.cache_info().currsize
     print(json.dumps({
         "modules": sorted(at_import),
         "grown": grown,
         "validators": len(tool._VALIDATORS),
-        "toolbox": default.toolbox is not None,
-        "starter": default.starter is not None,
-        "runs": len(default.runs._runs),
-        "engines": len(default.claims._engines) + len(default.claims._own),
+        "toolbox": bare.toolbox is not None or built > 0,
+        "starter": bare.starter is not None,
+        "runs": len(bare.runs._runs) + built,
+        "engines": len(bare.claims._engines) + len(bare.claims._own),
     }))
     """
 )

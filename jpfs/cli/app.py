@@ -1,4 +1,5 @@
-"""The CLI's composition root: the one App of a ``jpfs`` process, and its runners.
+"""The CLI's composition root: the one App of a ``jpfs`` process, and its runners,
+built as the library builds its own (:func:`jpfs.api.app`, :func:`jpfs.api.runner`).
 
 The commands that run conversations (``query``, ``answer``, ``onboard``, ``daemon
 run``) take their runners from :func:`runner` and their App from :func:`app`; the App
@@ -8,7 +9,6 @@ adapter of its own: :func:`jpfs.mcp.caller.session` builds its App.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,15 +17,13 @@ if TYPE_CHECKING:
     from jpfs.services.run.runtime import Runner
 
 
-@functools.cache
 def app() -> App:
-    from jpfs.services.run.app import App
-    from jpfs.tools.registry import build_tools
+    from jpfs import api
 
-    return App(build_tools)
+    return api.app()
 
 
 def runner(ws: Workspace, **options: Any) -> Runner:
-    from jpfs.services.run.runtime import Runner
+    from jpfs import api
 
-    return Runner(ws, app=app(), **options)
+    return api.runner(ws, **options)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 
 def runner_of(ctx: ToolContext) -> Runner | None:
-    """The run calling the tool, as the services take it (None: the process default)."""
+    """The run calling the tool, as the services take it (None when no run calls it:
+    the service builds a runner of its own, on an App without tools)."""
     return ctx.runner if isinstance(ctx.runner, Runner) else None
 
 

@@ -35,11 +35,11 @@ def _workspace(tmp: Path) -> Path:
 def delivered_event(block: Block, env: HasTmp) -> None:
     """The event a run records when it delivers a human's mail mid-run is the block's,
     the message id and time aside."""
+    from jpfs import api
     from jpfs.core import frontmatter
     from jpfs.core.conversation import Conversation
     from jpfs.core.workspace import open_workspace
     from jpfs.services.conversations import lifecycle, mail
-    from jpfs.services.run.runtime import Runner
 
     ws = open_workspace(_workspace(env.tmp))
     lifecycle.new_conversation(ws, "refactor", agent="default", task="Review the tests.")
@@ -52,7 +52,7 @@ def delivered_event(block: Block, env: HasTmp) -> None:
     shown_id = doc_meta["mail"][0]
     text = doc_body.rsplit("\n\n", 1)[1]
     msg = mail.send(ws, "refactor", "", text)
-    runner = Runner(ws)
+    runner = api.runner(ws)
     assert runner.steer(conv, conv.events(), None)
     made = conv.events()[-1]
     meta, body = frontmatter.parse(made.path.read_text(encoding="utf-8"))

@@ -22,10 +22,10 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.locks import is_locked
 from jpfs.core.state import State
 from jpfs.core.workspace import open_workspace
-from jpfs.services.run.query import query
 from jpfs.services.views.history import log
 from tests.conftest import Result, git, rgit, running_daemon, wait_until, write_profile
 from tests.messages_server import Router, last_user_text, text_reply, tool_use_reply
+from tests.runners import query
 from tests.seeds.helpers import ID, by_turn, last_result, tool_names, turn_of
 
 Cli = Callable[..., Result]

@@ -17,7 +17,6 @@ from typing import Any
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import open_workspace
-from jpfs.services.run.query import query
 from tests.conftest import rgit
 from tests.messages_server import (
     Router,
@@ -28,6 +27,7 @@ from tests.messages_server import (
     tool_results,
     tool_use_reply,
 )
+from tests.runners import query
 from tests.seeds.conftest import MAIN_PROMPT, PLANNER_PROMPT, RESEARCHER_PROMPT
 from tests.seeds.helpers import ID, all_text, by_turn, last_result, tool_names
 

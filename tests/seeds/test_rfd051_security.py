@@ -11,7 +11,6 @@ from typing import Any
 
 from jpfs.core.workspace import open_workspace
 from jpfs.services.conversations.lifecycle import new_conversation
-from jpfs.services.run.query import query
 from tests.conftest import write_profile
 from tests.messages_server import (
     Router,
@@ -21,6 +20,7 @@ from tests.messages_server import (
     tool_results,
     tool_use_reply,
 )
+from tests.runners import query
 from tests.seeds.conftest import MAIN_PROMPT, RESEARCHER, RESEARCHER_PROMPT
 from tests.seeds.helpers import ID, by_turn, conversation_of, last_result, tool_names
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from jpfs import api
 from jpfs.core import tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
@@ -22,8 +23,6 @@ from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.services.conversations import mailfilter, reports
 from jpfs.services.conversations.lifecycle import new_conversation
 from jpfs.services.run import control
-from jpfs.services.run.query import query
-from jpfs.services.run.runtime import Runner
 from jpfs.tools.registry import catalog
 from tests.conftest import Result, no_thread_leak, rgit, write_profile
 from tests.messages_server import (
@@ -33,6 +32,7 @@ from tests.messages_server import (
     tool_results,
     tool_use_reply,
 )
+from tests.runners import query
 from tests.seeds.helpers import (
     PLACEHOLDER,
     all_text,
@@ -166,14 +166,14 @@ def test_jp_await_after_mail_send_gathers_the_continued_run(
         "did more" if "do more" in last_user_text(req) else "did X"
     )
     child = control.fork(agent_ws, "lead", "do X", start_run=False)
-    assert Runner(agent_ws).run(child) is State.IDLE
+    assert api.runner(agent_ws).run(child) is State.IDLE
     control.send(agent_ws, child, "", "do more", sender="lead", start_run=False)
     (pending,) = reports.wait_settled(agent_ws, [child], by="lead", timeout=0.2)
     assert pending == {
         "conversation_id": child, "state": "idle", "status": "idle", "pending": True,
         "mail": {"delivered": [], "waiting": [pending["mail"]["waiting"][0]]},
     }  # fmt: skip
-    assert Runner(agent_ws).run(child) is State.IDLE
+    assert api.runner(agent_ws).run(child) is State.IDLE
     (report,) = reports.wait_settled(agent_ws, [child], by="lead", timeout=5)
     assert report["summary"] == "did more" and report["success"] is True
 
@@ -317,7 +317,7 @@ def test_capture_then_fork_and_cancel(
     child = Conversation(agent_ws.conv_root, cid)
     assert child.read("task.md") == CAPTURED + "\n"
     assert child.events()[-1].role == "user" and child.events()[-1].body.strip() == CAPTURED
-    assert Runner(agent_ws).run(cid) is State.IDLE
+    assert api.runner(agent_ws).run(cid) is State.IDLE
     assert child.read("result.md") is not None and "table of 3 files" in str(
         child.read("result.md")
     )

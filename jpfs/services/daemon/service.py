@@ -48,7 +48,7 @@ from jpfs.services.daemon.shared import SharedRecord
 from jpfs.services.daemon.statuswriter import StatusWriter
 from jpfs.services.daemon.unrecorded import Unrecorded
 from jpfs.services.daemon.watcher import watch
-from jpfs.services.run.app import App, default
+from jpfs.services.run.app import App
 from jpfs.services.run.runtime import Runner
 from jpfs.services.workspace import policy
 
@@ -66,7 +66,7 @@ class Daemon:
     def __init__(self, ws: Workspace, cfg: Sequence[str] = (), app: App | None = None) -> None:
         self.ws = ws
         # Its runs' background starts (a jp_query's fork, mail) queue in its pool.
-        self.app = dataclasses.replace(app or default(), starter=self.start_in_pool)
+        self.app = dataclasses.replace(app or App(), starter=self.start_in_pool)
         self.cfg = tuple(cfg)  # the --cfg layers it was started with, kept on a reload
         self.errors = LastError()
         self.config_watch = ConfigWatch(

@@ -6,10 +6,10 @@ holds it. It carries the tools (the run loop sits below them, so it is handed
 them), and the state a process has once by nature: its runs (a kill from another
 thread finds the run there), its sync engines, and where background starts go.
 
-One global remains, :func:`default`: the App of code that calls a service without
-a runner of its own (tests, benchmarks, a program using ``jpfs.services``
-directly). It has no tools until such an entry point calls :func:`use_default`;
-nothing fills it on import, and no adapter relies on it.
+There is no global App: a runner built without one (a program calling
+``jpfs.services`` directly) gets an empty App of its own, without tools, and a
+service called without a runner or App reaches no other run of the process. Tests
+and benchmarks build theirs as the library does (``jpfs.api.app``).
 """
 
 from __future__ import annotations
@@ -35,15 +35,3 @@ class App:
     runs: RunTable = field(default_factory=RunTable)
     claims: Claims = field(default_factory=Claims)
     starter: Starter | None = None
-
-
-_default = [App()]
-
-
-def default() -> App:
-    return _default[0]
-
-
-def use_default(app: App) -> None:
-    """Make ``app`` the one of runners built without one (an entry point's call)."""
-    _default[0] = app

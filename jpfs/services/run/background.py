@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from jpfs.core import locks
 from jpfs.core.conversation import Conversation
 from jpfs.errors import Cancelled, JpfsError, LockError
-from jpfs.services.run.app import default
 
 if TYPE_CHECKING:
     from jpfs.core.state import State
@@ -39,7 +38,7 @@ def start(
 ) -> None:
     """Run ``conv_id`` in the background until its caller must act (by ``runner``'s
     App's starter, if it has one and takes it)."""
-    starter = (runner.app if runner is not None else default()).starter
+    starter = runner.app.starter if runner is not None else None
     if starter is not None and starter(ws, conv_id):
         return
     if detached:

@@ -47,7 +47,7 @@ from jpfs.services.conversations import (
     steering,
 )
 from jpfs.services.run import turn
-from jpfs.services.run.app import App, default
+from jpfs.services.run.app import App
 from jpfs.services.run.hooks import Hooks
 from jpfs.services.run.recording import Recorder
 from jpfs.services.workspace import policy
@@ -79,8 +79,9 @@ class Runner:
     # conversation id -> where its work turns' text goes as it arrives (``jpfs query``
     # showing the answer live); None marks the start of a turn.
     streams: dict[str, Callable[[str | None], None]] = field(default_factory=dict)
-    # The process's tools, runs, sync engines (jpfs.services.run.app).
-    app: App = field(default_factory=default)
+    # The process's tools, runs, sync engines (jpfs.services.run.app); without one, an
+    # empty App of its own (no tools).
+    app: App = field(default_factory=App)
     hooks: Hooks = field(default_factory=Hooks)
     # Its runs' events and commits; by default one of its own, calling hooks.after_commit.
     recorder: Recorder | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from jpfs import api
 from jpfs.core import locks, tree
 from jpfs.core.conversation import Conversation, Event
 from jpfs.core.state import State
@@ -20,9 +21,9 @@ from jpfs.core.workspace import Workspace, open_workspace
 from jpfs.errors import ExistsError
 from jpfs.services.conversations import lifecycle, mail
 from jpfs.services.run import background, control
-from jpfs.services.run.query import query
 from jpfs.services.run.runtime import Runner
 from tests.conftest import rgit, wait_until, write_profile
+from tests.runners import query
 
 LEAD = """
 model = "m"
@@ -79,7 +80,7 @@ def test_every_append_holds_the_run_lock(ws: Path, appends: list[Appended]) -> N
     assert query(w, "break", conv_id="p").state is State.FAILED  # an error event
     # Mail from the caller becomes the child's next input when it runs.
     mail.send(w, child, "more", "go on", sender="p")
-    background.run_background(Runner(w), child)
+    background.run_background(api.runner(w), child)
     copy = lifecycle.fork_conversation(w, "p", prompt="a human's fork")
     control.fork(w, "p", "a human's fork, started", start_run=False)
 

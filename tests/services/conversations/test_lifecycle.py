@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from jpfs import api
 from jpfs.core import locks, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
@@ -20,8 +21,6 @@ from jpfs.errors import Cancelled, LimitError, NotFoundError, ScopeError
 from jpfs.services.conversations import mailfilter, reports
 from jpfs.services.conversations.lifecycle import new_conversation
 from jpfs.services.run import background, control
-from jpfs.services.run.query import query
-from jpfs.services.run.runtime import Runner
 from jpfs.services.views.history import parse_trailers
 from tests.conftest import Result, no_thread_leak, rgit, wait_until, write_profile
 from tests.messages_server import (
@@ -31,6 +30,7 @@ from tests.messages_server import (
     tool_results,
     tool_use_reply,
 )
+from tests.runners import query
 
 LEAD = """
 model = "claude-lead"
@@ -173,7 +173,7 @@ def slow_workspace(ws: Path, **cfg: Any) -> Workspace:
 
 def test_kill_during_a_slow_provider_call_takes_effect_within_a_second(ws: Path) -> None:
     w = slow_workspace(ws)
-    runner = Runner(w)
+    runner = api.runner(w)
     states: list[State | None] = []
     with no_thread_leak():
         child = control.fork(w, "p", "be slow", runner=runner, start_run=False)
@@ -202,7 +202,7 @@ def test_kill_during_a_slow_provider_call_takes_effect_within_a_second(ws: Path)
     with pytest.raises(StateError, match="killed"):
         query(w, "again", conv_id=child)
     assert control.send(w, child, "s", "again")[1] is False
-    assert Runner(w).run(child) is State.KILLED
+    assert api.runner(w).run(child) is State.KILLED
     assert control.kill(w, child) == []  # already killed: nothing to do
 
 
@@ -295,7 +295,7 @@ def test_tools_return_errors_as_one_line_tool_errors(ws: Path) -> None:
     write_profile(ws, "slow", SLOW + "[limits]\nmax_children = 0\n", allowed=True)
     w = open_workspace(ws)
     conv = new_conversation(w, "p", agent="slow", task="go")
-    runner = Runner(w)
+    runner = api.runner(w)
     tools = runner.tools_for(conv)
     ctx = runner.tool_context(conv)
     for name, args, needle in [
@@ -310,7 +310,7 @@ def test_tools_return_errors_as_one_line_tool_errors(ws: Path) -> None:
 
 def test_jp_await_times_out_and_is_cancelled_by_a_kill(ws: Path) -> None:
     w = slow_workspace(ws)
-    runner = Runner(w)
+    runner = api.runner(w)
     with no_thread_leak():
         child = control.fork(w, "p", "be slow", by=None, runner=runner)
         (pending,) = reports.wait_settled(w, [child], by="p", timeout=0.1)
@@ -357,7 +357,7 @@ def test_cli_fork_without_prompt_is_idle_and_capture_starts_a_child(
 
 def test_daemon_stop_cancels_the_run_instead_of_killing_it(ws: Path) -> None:
     w = slow_workspace(ws)
-    runner = Runner(w)
+    runner = api.runner(w)
     child = control.fork(w, "p", "be slow", runner=runner, start_run=False)
     errors: list[BaseException] = []
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from jpfs import api
 from jpfs.core import frontmatter, locks
 from jpfs.core.conversation import Conversation
 from jpfs.core.tool import ToolContext
@@ -180,7 +181,7 @@ def tool_ctx(w: Workspace, conv_id: str) -> ToolContext:
         files_root=w.root,
         workspace=w,
         config=conv.config,
-        runner=Runner(w),
+        runner=api.runner(w),
         call_id="t1",
     )
 
@@ -235,7 +236,7 @@ def test_mail_from_the_caller_continues_an_idle_conversation(
     tree3: Workspace, cli: Callable[..., Result]
 ) -> None:
     w = tree3
-    runner = Runner(w)
+    runner = api.runner(w)
     first = control.fork(w, "lead", "hello", runner=runner)  # human fork of an empty parent
     wait_until(lambda: settled(w, "lead", first), message="the fork to stop")
     conv = Conversation(w.conv_root, first)
@@ -273,7 +274,7 @@ def test_mail_sent_while_running_is_delivered_by_the_run_that_holds_it(
     # The turn takes 1.5 s: the mail below is sent while it runs, even on a loaded machine.
     write_profile(w.root, "echo", ECHO.replace("[[script.turns]]", "[[script.turns]]\ndelay = 1.5"))
     conv = new_conversation(w, "slow", agent="echo", task="first")
-    runner = Runner(w)
+    runner = api.runner(w)
 
     def answered() -> bool:
         events = conv.events()
@@ -309,7 +310,7 @@ def test_status_report_is_sent_once_per_run_end(tree3: Workspace) -> None:
     conv = Conversation(w.conv_root, "lead/a")
     conv.append_event("user", "q")
     conv.append_event("assistant", "the answer")
-    runner = Runner(w)
+    runner = api.runner(w)
     before = rgit(w.root, "rev-list", "--count", "HEAD")
     # A crash after the report but before result.md: the redo reports the same message.
     reports.report_status(runner, conv, True, "the answer")

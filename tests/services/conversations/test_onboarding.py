@@ -8,10 +8,10 @@ import jpfs
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import open_workspace
-from jpfs.services.run.query import query
 from jpfs.services.views.history import log
 from tests.conftest import rgit, write_profile
 from tests.messages_server import Router, last_user_text, text_reply, tool_results, tool_use_reply
+from tests.runners import query
 
 ASKER = """
 model = "m"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from jpfs import api
 from jpfs.core import ids, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import open_workspace
 from jpfs.services.forks import branches, diffs
-from jpfs.services.run.runtime import Runner
 from jpfs.tools.registry import catalog
 from tests.conftest import Result, git, rgit, write_profile
 
@@ -147,7 +147,7 @@ def children_by_task(repo: Path, parent: str) -> dict[str, str]:
 def tool_call(repo: Path, caller: str, name: str, args: dict[str, object]) -> str:
     """Call a tool the way the runtime does for conversation ``caller``."""
     ws = open_workspace(repo)
-    runner = Runner(ws)
+    runner = api.runner(ws)
     conv = Conversation(ws.conv_root, caller)
     return catalog(conv.config).get(name).run(runner.tool_context(conv), args)  # type: ignore[union-attr]
 

@@ -6,11 +6,10 @@ import json
 import subprocess
 from pathlib import Path
 
+from jpfs import api
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.workspace import open_workspace
-from jpfs.services.run.query import query
-from jpfs.services.run.runtime import Runner
 from jpfs.services.views.history import parse_trailers
 from tests.conftest import jpfs_subprocess, rgit, write_profile
 from tests.messages_server import (
@@ -20,6 +19,7 @@ from tests.messages_server import (
     tool_results,
     tool_use_reply,
 )
+from tests.runners import query
 
 MAIN = """
 model = "claude-main"
@@ -220,7 +220,7 @@ text = "done"
     from jpfs.services.conversations.lifecycle import new_conversation
 
     conv = new_conversation(w, "r", agent="s", task="list")
-    runner = Runner(w)
+    runner = api.runner(w)
     # Simulate a crash after the model turn and one tool result were committed.
     runner.work_step(conv)  # first user event
     runner.work_step(conv)  # model turn with two tool calls
@@ -231,7 +231,7 @@ text = "done"
         "partial",
         {"tool_call_id": call["id"], "tool_name": call["name"], "is_error": False},
     )
-    state = Runner(w).run("r")
+    state = api.runner(w).run("r")
     assert state is State.IDLE
     roles = [e.role for e in conv.events()]
     assert roles == ["user", "assistant", "tool", "tool", "assistant"]

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from jpfs import api
 from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import open_workspace
-from jpfs.services.run.runtime import Runner
 from tests.conftest import Result, rgit, wait_until, write_profile
 from tests.messages_server import (
     Answer,
@@ -232,7 +232,7 @@ def test_a_fork_of_a_thinking_conversation_sends_its_source_thinking_back(
     forked = cli("fork", source, "--no-start", "--prompt", "Now read the first note again.")
     assert forked.code == 0, forked.stderr
     child_id = forked.stdout.strip()
-    Runner(open_workspace(ws)).run(child_id)  # as a daemon would
+    api.runner(open_workspace(ws)).run(child_id)  # as a daemon would
     child = Conversation(ws / "conversations", child_id)
     assert "fork done" in str(child.read("result.md"))
     sent = api_env.bodies[before:]
