@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from jpfs.core import models
 
@@ -135,11 +135,12 @@ class AgentConfig:
 
     def thinking_setting(self) -> models.ThinkingSetting:
         """The thinking it runs with: its own, else its model's default."""
-        return models.setting(self.raw)
+        # A profile's is one of these (normalize checks it), a snapshot's too once admitted.
+        return models.thinking_of(self.model, cast("models.ThinkingSetting | None", self.thinking))
 
     def window(self) -> int | None:
         """The context window its prompts must fit (None: unknown)."""
-        return models.context_window(self.raw)
+        return models.window_of(self.model, self.context_window)
 
 
 def _get(table: Mapping[str, Any], key: str, spec: tuple[Kind, Any]) -> Any:

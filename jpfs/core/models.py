@@ -119,12 +119,18 @@ def spec_of(model: str) -> ModelSpec | None:
 
 
 def context_window(config: Mapping[str, Any]) -> int | None:
+    """:func:`window_of` a configuration's ``model`` and ``context_window``."""
+    given = config.get("context_window")
+    given = given if isinstance(given, int) and not isinstance(given, bool) else None
+    return window_of(str(config.get("model") or ""), given)
+
+
+def window_of(model: str, given: int | None) -> int | None:
     """The window a conversation's prompts must fit: the profile's ``context_window``,
     else the shipped table's, else unknown (None)."""
-    given = config.get("context_window")
-    if isinstance(given, int) and not isinstance(given, bool):
+    if given is not None:
         return given
-    spec = spec_of(str(config.get("model") or ""))
+    spec = spec_of(model)
     return spec.context_window if spec is not None else None
 
 
@@ -134,31 +140,37 @@ def preserved(model: str) -> bool:
     return spec is not None and spec.thinking.preserved
 
 
-def check(config: Mapping[str, Any], where: str) -> None:
-    """Refuse a ``thinking``, ``effort`` or ``context_window`` the profile's model does
-    not take, naming what it does take."""
-    window = config.get("context_window")
+def check(
+    where: str,
+    *,
+    model: str,
+    provider: str,
+    max_tokens: int,
+    thinking: str | int | None,
+    effort: str | None,
+    window: int | None,
+) -> None:
+    """Refuse a ``thinking``, ``effort`` or ``context_window`` (``window``) the profile's
+    model does not take, naming what it does take."""
     if window is not None and window < 1024:
         raise ProfileError(f"{where}: context_window must be at least 1024 tokens, got {window}")
-    thinking, effort = config.get("thinking"), config.get("effort")
-    if (thinking is not None or effort is not None) and config.get("provider") != "anthropic":
+    if (thinking is not None or effort is not None) and provider != "anthropic":
         key = "thinking" if thinking is not None else "effort"
         raise ProfileError(
             f'{where}: {key!r} applies only to provider = "anthropic"'
-            f" (this profile's provider is {config.get('provider')!r})"
+            f" (this profile's provider is {provider!r})"
         )
     if isinstance(thinking, str) and thinking not in ("adaptive", "off"):
         raise ProfileError(
             f'{where}: thinking must be "adaptive", "off" or a budget of tokens, got {thinking!r}'
         )
-    if isinstance(thinking, int) and not MIN_BUDGET <= thinking < int(config["max_tokens"]):
+    if isinstance(thinking, int) and not MIN_BUDGET <= thinking < max_tokens:
         raise ProfileError(
             f"{where}: a thinking budget must be at least {MIN_BUDGET} tokens and below"
-            f" max_tokens ({config['max_tokens']}), got {thinking}"
+            f" max_tokens ({max_tokens}), got {thinking}"
         )
     if effort is not None and effort not in EFFORTS:
         raise ProfileError(f"{where}: effort must be one of {', '.join(EFFORTS)}, got {effort!r}")
-    model = str(config.get("model") or "")
     spec = spec_of(model)
     if spec is None:
         return  # the API decides
@@ -184,11 +196,15 @@ def check(config: Mapping[str, Any], where: str) -> None:
 
 
 def setting(config: Mapping[str, Any]) -> ThinkingSetting:
+    """:func:`thinking_of` a configuration's ``model`` and ``thinking``."""
+    return thinking_of(str(config.get("model") or ""), config.get("thinking"))
+
+
+def thinking_of(model: str, given: ThinkingSetting | None) -> ThinkingSetting:
     """The thinking a conversation runs with: the profile's, else its model's default."""
-    given = config.get("thinking")
     if given is not None:
-        return given  # type: ignore[no-any-return]
-    spec = spec_of(str(config.get("model") or ""))
+        return given
+    spec = spec_of(model)
     return "adaptive" if spec is not None and spec.thinking.default_on else "off"
 
 

@@ -80,7 +80,16 @@ def normalize(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     if out["provider"] == "command" and not out["command"]["argv"]:
         raise ProfileError(f'{where}: provider "command" needs command.argv')
     _check_openai(out, where)
-    models.check(out, where)
+    typed = agentconfig.view(out)
+    models.check(
+        where,
+        model=typed.model,
+        provider=typed.provider,
+        max_tokens=typed.max_tokens,
+        thinking=typed.thinking,
+        effort=typed.effort,
+        window=typed.context_window,
+    )
     return out
 
 
