@@ -35,9 +35,10 @@ from jpfs.services.sync.leases import (
     LeaseBook,
     Sent,
     new_incarnation,
-    read_value,
+    read_remote,
     timing,
 )
+from jpfs.services.sync.outgoing import assemble
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
 
@@ -218,31 +219,20 @@ class SyncEngine:
         with self._fetching:  # git locks the tracking refs a fetch writes
             began = self._fetch_started = time.monotonic()
             self._fetch_refs()
-            tracked = refs.messages_under(self.repo, self.track_leases)
-            remote: dict[str, str] = {}
-            released: dict[str, str] = {}
-            peers: dict[str, int] = {}
-            working: set[str] = set()
-            for ref, (oid, message) in tracked.items():
-                name = LEASE_NS + ref.removeprefix(self.track_leases)
-                remote[name] = oid
-                holder, record, releaser = read_value(message)
-                if record:
-                    released[name] = record
-                    working.add(releaser)
-                elif holder:
-                    peers[holder] = peers.get(holder, 0) + 1
-            self.book.observe(remote, released)
+            found = read_remote(
+                refs.messages_under(self.repo, self.track_leases), self.track_leases
+            )
+            self.book.observe(found.values, found.released)
             self.observed_at = began
-            self.stats.peers = peers
+            self.stats.peers = found.peers
             # Who picks what first (Claimer.rank): the machines holding leases, and those
             # that released one lately (tombstones live a minute or more), so that a
             # machine between two runs keeps its share.
-            self.stats.working = (set(peers) | working) - {""}
+            self.stats.working = (set(found.peers) | found.releasers) - {""}
             # Last: a status that shows this fetch shows what it found.
             self.stats.fetches += 1
             self.stats.last_fetch = time.time()
-            return remote
+            return found.values
 
     def _fetch_refs(self) -> None:
         specs = [
@@ -285,20 +275,16 @@ class SyncEngine:
                     # The record stays here; the leases still go (they hold no content).
                     self.push(record=False)
                     raise leaks.refusal(found, self.remote)
-            updates = [Update(f"refs/heads/{self.branch}", ours, theirs)] if send and ours else []
-            renewing: dict[str, tuple[str, int]] = {}
-            releasing: dict[str, tuple[str, str]] = {}
-            if send or self.book.due(time.monotonic()):
-                for lease, done in held:
-                    if done and record and ours is not None:
-                        # Released to a tombstone naming the record that holds the work.
-                        tombstone = self.book.tombstone(lease.conv_id, ours)
-                        releasing[lease.conv_id] = (tombstone, ours)
-                        updates.append(Update(lease.ref, tombstone, lease.oid))
-                    else:
-                        oid, seq = self.book.make(lease.conv_id)
-                        renewing[lease.conv_id] = (oid, seq)
-                        updates.append(Update(lease.ref, oid, lease.oid))
+            out = assemble(
+                self.book,
+                held,
+                branch=self.branch,
+                ours=ours,
+                theirs=theirs,
+                record=record,
+                leases=send or self.book.due(time.monotonic()),
+            )
+            updates, renewing, releasing = out.updates, out.renewing, out.releasing
             if not updates:
                 return True
             began = time.monotonic()

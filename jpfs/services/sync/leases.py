@@ -115,6 +115,32 @@ def read_value(message: str) -> tuple[str, str, str]:
     return (holder[1] if holder else ""), "", ""
 
 
+@dataclass(frozen=True)
+class RemoteLeases:
+    """The lease refs a fetch brought, as the book and the ranking read them."""
+
+    values: dict[str, str]  # lease ref -> its value
+    released: dict[str, str]  # lease ref -> the record commit its tombstone names
+    peers: dict[str, int]  # machine -> leases it holds
+    releasers: set[str]  # the machines that released one lately (tombstones live a while)
+
+
+def read_remote(tracked: dict[str, tuple[str, str]], prefix: str) -> RemoteLeases:
+    """``tracked``: the tracking refs a fetch wrote the leases to (ref -> (value, its
+    message)), under ``prefix``."""
+    found = RemoteLeases({}, {}, {}, set())
+    for ref, (oid, message) in tracked.items():
+        name = LEASE_NS + ref.removeprefix(prefix)
+        found.values[name] = oid
+        holder, record, releaser = read_value(message)
+        if record:
+            found.released[name] = record
+            found.releasers.add(releaser)
+        elif holder:
+            found.peers[holder] = found.peers.get(holder, 0) + 1
+    return found
+
+
 class LeaseBook:
     """The leases this daemon holds and the ones it has seen on the remote; thread-safe."""
 
