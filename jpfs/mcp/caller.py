@@ -33,7 +33,7 @@ from jpfs.core.state import AGENT_ACTS
 from jpfs.core.tool import Tool, ToolContext
 from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, ConfigError, JpfsError, LockError
-from jpfs.services.conversations import lifecycle
+from jpfs.services.conversations import creation, lifecycle
 from jpfs.services.run.app import App
 from jpfs.services.run.control import find_child_for_call
 from jpfs.services.run.handoff import Outcome
@@ -162,7 +162,7 @@ class Caller:
                     agent=PROFILE_NAME,
                     title=self.title,
                     config=self.config,
-                    scoped=True,
+                    actor=creation.agent_actor(),
                 )
                 self.root = conv.id
                 if self.announce is not None:

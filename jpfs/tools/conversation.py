@@ -19,6 +19,7 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.state import State
 from jpfs.core.tool import JsonDict, Tool, ToolContext
 from jpfs.errors import LimitError, ProfileError, ToolError, ToolFailure
+from jpfs.services.conversations import creation
 from jpfs.services.run import control
 from jpfs.services.run.runtime import Runner
 from jpfs.services.views import search
@@ -77,7 +78,7 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
                 agent=name,
                 overrides=overrides,
                 extra={"origin_call": call_id or None},
-                author=record.agent_identity(config.name or "agent"),
+                actor=creation.agent_actor(record.agent_identity(config.name or "agent")),
                 budget_tokens=args.get("budget_tokens"),
                 budget_usd=args.get("budget_usd"),
             )
@@ -92,7 +93,7 @@ def jp_query(ctx: ToolContext, args: JsonDict) -> str:
         text,
         conv_id=target,
         within=ctx.conversation,
-        author=record.agent_identity(config.name or "agent"),
+        actor=creation.agent_actor(record.agent_identity(config.name or "agent")),
     )
     result = run(ws, going_on, runner=runner)
     return _answer(result, report)

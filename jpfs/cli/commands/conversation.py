@@ -44,7 +44,7 @@ def new(
     root_id: RootId = None,
 ) -> None:
     """Create a conversation and print its id."""
-    from jpfs.services.conversations import lifecycle
+    from jpfs.services.conversations import creation, lifecycle
 
     ws = state.ws()
     within = root_scope(ws, root_id)
@@ -62,7 +62,7 @@ def new(
         tmp=lifecycle.parse_duration(tmp) if tmp else None,
         activate=not no_activate,
         onboarding=False if no_onboard else None,
-        scoped=within is not None,
+        actor=creation.USER if within is None else creation.agent_actor(),
     )
     out(conv.id)
 

@@ -142,11 +142,15 @@ def create(ws: Workspace, spec: Spec) -> Conversation:
     return conv
 
 
-def authorize(ws: Workspace, actor: Actor, agent: str, parent: str | None) -> None:
+def authorize(
+    ws: Workspace, actor: Actor, agent: str, parent: str | None, *, hint: str | None = None
+) -> None:
     """Refuse ``agent`` where ``actor`` may not give it to a conversation under ``parent``
-    (:class:`ProfileError`, saying what to do)."""
+    (:class:`ProfileError`, saying what to do, or ``hint``). The one place the
+    allow-list is asked: every way of giving a conversation an agent comes here with
+    who acts, never with a flag that skips the check."""
     if actor.kind == "user":
-        require_allowed(ws, agent, parent)
+        _require_allowed(ws, agent, parent, hint=hint)
     elif actor.kind == "agent" and actor.may_start is not None and agent not in actor.may_start:
         raise ProfileError(
             f"profile {agent!r} is not one this agent may start"
@@ -154,7 +158,7 @@ def authorize(ws: Workspace, actor: Actor, agent: str, parent: str | None) -> No
         )
 
 
-def require_allowed(
+def _require_allowed(
     ws: Workspace, agent: str, parent: str | None = None, *, hint: str | None = None
 ) -> None:
     """Refuse ``agent`` where the user may not start it: at the top level (the CLI, the

@@ -23,12 +23,11 @@ from jpfs.errors import ConfigError, NotFoundError, StateError
 from jpfs.services.conversations import creation
 from jpfs.services.conversations.creation import agent_config as agent_config
 from jpfs.services.conversations.creation import head_commit as head_commit
-from jpfs.services.conversations.creation import require_allowed as require_allowed
 from jpfs.services.conversations.creation import title_of as title_of
 from jpfs.services.workspace import policy
 
 if TYPE_CHECKING:
-    from jpfs.infra.committer import Identity
+    pass
 
 ACTIVE_FILE = "active"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -51,8 +50,12 @@ def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
     """
     meta = conv.meta()
     agent = str(meta.get("agent") or ws.config.default_agent)
-    require_allowed(
-        ws, agent, hint="name an allowed agent in conversation.toml, or add it to agents.allowed"
+    creation.authorize(
+        ws,
+        creation.USER,
+        agent,
+        None,  # a person's own task.md, at any depth: the user's agents.allowed
+        hint="name an allowed agent in conversation.toml, or add it to agents.allowed",
     )
     config = agent_config(ws, agent)
     fields: dict[str, Any] = {
@@ -71,10 +74,10 @@ def adopt(ws: Workspace, conv: Conversation, base: str | None) -> str:
 @dataclass(frozen=True)
 class NewConversation:
     """A conversation a caller asks for (:func:`create_new`): ``conv_id`` a segment
-    under ``parent`` or a whole id (None: generated); ``author`` who wrote the task,
-    the user (None) or a calling agent; ``scoped``: made for a caller confined to a
-    subtree (``--root-id``, a seed's tool script), whose tool checked the profile
-    against its own list; ``locked``: the caller holds the conversation's lock."""
+    under ``parent`` or a whole id (None: generated); ``actor`` who asks for it (the
+    user, a calling agent, a caller confined to a subtree), which says who checks its
+    agent (:func:`jpfs.services.conversations.creation.authorize`) and whom the commit
+    names; ``locked``: the caller holds the conversation's lock."""
 
     conv_id: str | None = None
     parent: str | None = None
@@ -93,8 +96,7 @@ class NewConversation:
     from_profile: bool = False
     extra: Mapping[str, Any] | None = None
     commit: bool = True
-    author: Identity | None = None
-    scoped: bool = False
+    actor: creation.Actor = creation.USER
     locked: bool = False
 
 
@@ -111,16 +113,12 @@ def create_new(ws: Workspace, request: NewConversation) -> Conversation:
         parent = resolve(ws.conv_root, parent)
     conv_id = request.conv_id
     full_id = ids.join(parent, conv_id or ids.generate()) if conv_id or parent else ids.generate()
-    if request.author is None and not request.scoped:
-        actor = creation.USER
-    else:
-        actor = creation.agent_actor(request.author)
     conv = creation.create(
         ws,
         creation.Spec(
             full_id,
             request.agent or ws.config.default_agent,
-            actor,
+            request.actor,
             title=request.title,
             task=request.task,
             config=request.config,
@@ -151,7 +149,7 @@ def set_agent(ws: Workspace, conv: Conversation, agent: str) -> None:
             f"{conv.id!r} has begun work with {meta.get('agent')!r}; its agent stays (start"
             " a new conversation, or `jpfs c fork` it, for another agent)"
         )
-    require_allowed(ws, agent, ids.parent(conv.id))
+    creation.authorize(ws, creation.USER, agent, ids.parent(conv.id))
     config = agent_config(ws, agent)
     new, old = agentconfig.view(config), conv.settings
     if old.raw and new.workspace != old.workspace:

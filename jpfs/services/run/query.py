@@ -24,13 +24,13 @@ from jpfs.core.state import AGENT_ACTS, State
 from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
 from jpfs.errors import StateError
-from jpfs.services.conversations import budgets, inputs, lifecycle, onboarding
+from jpfs.services.conversations import budgets, creation, inputs, lifecycle, onboarding
 from jpfs.services.run.handoff import Outcome as Outcome  # its home: the client needs it light
 from jpfs.services.run.handoff import QueryRequest
 from jpfs.services.run.runtime import Runner
 
 if TYPE_CHECKING:
-    from jpfs.infra.committer import Identity
+    pass
 
 # Seconds a query waits for the lock of a conversation that has nothing to run (the
 # holder is only looking at it); a conversation whose agent is at work is busy at once.
@@ -62,7 +62,9 @@ class Query:
     conv_id: str | None = None  # the conversation to go on with (None: a new one)
     within: str | None = None  # ``conv_id`` is resolved inside this subtree
     activate: bool = False
-    author: Identity | None = None  # who wrote ``text``: the user (None) or an agent
+    # Who asks (and wrote ``text``): the user, a calling agent, a caller confined to a
+    # subtree; it says who checks a new conversation's agent (creation.authorize).
+    actor: creation.Actor = creation.USER
     # A new conversation: where, with which agent, and how.
     parent: str | None = None
     segment: str | None = None
@@ -75,7 +77,6 @@ class Query:
     # Its budget: at most what ``parent`` has left (budgets.for_child).
     budget_tokens: int | None = None
     budget_usd: float | None = None
-    scoped: bool = False  # made for a caller confined to a subtree (its tool checked the agent)
     # Its configuration, when the caller built it already from ``agent``'s profile
     # (with ``overrides`` and ``onboarding_enabled``): not built again.
     config: Mapping[str, Any] | None = None
@@ -118,8 +119,7 @@ def run(
         if budgeted:
             # Checked before its config is built (and again as it is created).
             name = agent or ws.config.default_agent
-            if request.author is None and not request.scoped:
-                lifecycle.require_allowed(ws, name, parent)  # else its tool checked its list
+            creation.authorize(ws, request.actor, name, parent)
             caller = Conversation(ws.conv_root, parent) if parent is not None else None
             base = dict(config) if config is not None else None
             if base is None:
@@ -163,14 +163,13 @@ def run(
                 config=None if config is None else dict(config),
                 from_profile=config is not None and not budgeted,
                 extra=dict(request.extra or {}),
-                author=request.author,
-                scoped=request.scoped,
+                actor=request.actor,
                 locked=True,
             )
         else:
             conv = Conversation(ws.conv_root, target)
             if text:
-                inputs.submit(ws, conv, text, author=request.author)
+                inputs.submit(ws, conv, text, author=request.actor.author)
             if request.activate:
                 lifecycle.set_active(ws, conv.id)
         if on_text is not None:
@@ -199,6 +198,9 @@ def run_request(
     written, so what it lacks (``ANTHROPIC_API_KEY``) is an error, not a failed
     conversation."""
     within = scope.resolve(ws.conv_root, request.root_id) if request.root_id is not None else None
+    # Under --root-id the caller is confined to a subtree, and its tool checked the
+    # agent against its own list; else it is the user, held to agents.allowed.
+    actor = creation.USER if within is None else creation.agent_actor()
     conv_id = request.conv_id
     if conv_id is None and not request.new:
         active = lifecycle.get_active(ws)
@@ -216,8 +218,7 @@ def run_request(
         agent = request.agent or ws.config.default_agent
         # Before the provider is built: a profile that is off says so, not that its
         # key is missing.
-        if within is None:  # under --root-id, the caller's tool checked its own list
-            lifecycle.require_allowed(ws, agent)
+        creation.authorize(ws, actor, agent, None)
         config = lifecycle.agent_config(ws, agent, (), request.onboard)
     tmp = lifecycle.parse_duration(request.tmp) if request.tmp else None
     runner = runner_for(target)
@@ -243,7 +244,7 @@ def run_request(
         activate=request.activate,
         budget_tokens=request.budget_tokens,
         budget_usd=request.budget_usd,
-        scoped=within is not None,
+        actor=actor,
         config=config,
     )
     return run(ws, new, runner=runner, on_text=on_text)
