@@ -97,7 +97,7 @@ class Claims:
 
         In a process with no daemon, a thread renews the leases while runs last, and the
         results and the leases' release are pushed when the last run ends."""
-        if not ws.config["sync.remote"]:
+        if not ws.config.sync.remote:
             yield
             return
         engine, own = self._enter(ws)

@@ -61,10 +61,9 @@ class SyncEngine:
         (a process that makes many: a daemon, runs without one); ``jpfs sync`` by hand
         makes a few and leaves no connection behind."""
         self.ws = ws
-        self.remote = str(ws.config["sync.remote"])
-        self.interval, lease = timing(
-            float(ws.config["sync.interval"]), float(ws.config["sync.lease"])
-        )
+        settings = ws.config.sync
+        self.remote = settings.remote
+        self.interval, lease = timing(settings.interval, settings.lease)
         self.machine = machine_name(ws)
         self.incarnation = incarnation or new_incarnation()
         self.branch = ws.record_branch
@@ -95,7 +94,7 @@ class SyncEngine:
         self._last_pull: Integration | None = None
         self._busy = ""  # why the last merge had to wait (said once, not every cycle)
         # Commits to push are scanned for secrets, once each (jpfs.services.sync.leaks).
-        self.scan = bool(ws.config["sync.scan"])
+        self.scan = settings.scan
         self._scanned: set[str] = set()
         # When the fetch whose leases the book holds began; released leases are swept
         # from the remote once unchanged this long (protocol/sync.md, "Claims").

@@ -39,7 +39,7 @@ def sync_by_hand(ws: Workspace) -> HandSync:
     For a clone with no daemon (a laptop where a human writes ``task.md``); with a
     daemon running it is one more cycle, harmless. Holds no lease: it never acts *for*
     a conversation, it only moves files."""
-    if not ws.config["sync.remote"]:
+    if not ws.config.sync.remote:
         raise ConfigError(
             "sync.remote is not set: name the git remote that shares the record,"
             " e.g. `jpfs config set sync.remote origin`"
