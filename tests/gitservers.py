@@ -17,6 +17,7 @@ goes away, as a network does).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import getpass
 import http.server
@@ -146,6 +147,14 @@ class _CgiHandler(http.server.BaseHTTPRequestHandler):
     def _backend(self) -> None:
         path, _, query = self.path.partition("?")
         body = self._body()
+        if self.server.auth is not None and self.headers.get("Authorization") != self.server.auth:
+            # As a git host does: 401 and a Basic challenge, which git answers from a
+            # credential helper, or by a prompt (never, for jpfs: GIT_TERMINAL_PROMPT=0).
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="git"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "GIT_PROJECT_ROOT": str(self.server.root),
@@ -195,6 +204,7 @@ class _GitHttpServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     root: Path
+    auth: str | None = None  # the Authorization header a request must carry
 
 
 class SmartHttp:
@@ -202,10 +212,14 @@ class SmartHttp:
 
     ``tls``: a directory for a self-signed certificate of 127.0.0.1, made here: served
     over HTTPS, which clients trust through ``GIT_SSL_CAINFO`` = :attr:`ca` (git's
-    ``http.sslCAInfo``)."""
+    ``http.sslCAInfo``). ``auth``: a user and password every request must give (HTTP
+    Basic), as a git host asks for them."""
 
-    def __init__(self, root: Path, tls: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, tls: Path | None = None, auth: tuple[str, str] | None = None
+    ) -> None:
         self.root = root
+        self.auth = auth
         self.port = free_port()
         self._httpd: _GitHttpServer | None = None
         self._thread: threading.Thread | None = None
@@ -233,6 +247,9 @@ class SmartHttp:
     def start(self, probe: str | None = None) -> SmartHttp:
         httpd = _GitHttpServer(("127.0.0.1", self.port), _CgiHandler)
         httpd.root = self.root
+        if self.auth is not None:
+            pair = f"{self.auth[0]}:{self.auth[1]}".encode()
+            httpd.auth = "Basic " + base64.b64encode(pair).decode("ascii")
         if self._tls is not None:
             httpd.socket = self._tls.wrap_socket(httpd.socket, server_side=True)
         self._httpd = httpd
@@ -241,7 +258,10 @@ class SmartHttp:
         )
         self._thread.start()
         if probe is not None:
-            wait_reachable(self.url(probe), ca=self.ca)
+            url = self.url(probe)
+            if self.auth is not None:
+                url = url.replace("://", f"://{self.auth[0]}:{self.auth[1]}@", 1)
+            wait_reachable(url, ca=self.ca)
         return self
 
     def stop(self) -> None:

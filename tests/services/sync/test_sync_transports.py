@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, held_leases, wait_until
+from tests.conftest import git, held_leases, jpfs_subprocess, wait_until
 from tests.gitservers import GitDaemon, SmartHttp, Sshd
 from tests.messages_server import MessagesServer, last_user_text, text_reply
 from tests.services.sync.test_sync_machines import (
@@ -197,3 +197,45 @@ def test_the_first_jpfs_sync_to_an_empty_remote(
         jpfs(ws, "sync")
         jpfs(ws, "sync")
     assert git(srv / "remote.git", "rev-parse", "jpfs-record").strip()
+
+
+@pytest.mark.timeout(300)
+def test_an_https_remote_that_asks_for_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's credential helper answers for jpfs, from their own git configuration,
+    as for their pushes (issue #49); with none, a sync fails at once (no prompt waits
+    on a terminal a daemon does not have) saying to set one up; with a stale password
+    stored, saying to update it."""
+    srv = tmp_path / "srv"
+    srv.mkdir()
+    git(srv, "init", "-q", "--bare", "-b", "main", "remote.git")
+    server = SmartHttp(srv, tls=tmp_path / "tls", auth=("alice", "s3cret"))
+    assert server.ca is not None
+    monkeypatch.setenv("GIT_SSL_CAINFO", str(server.ca))  # trusted, as a user's CA
+    store = tmp_path / "credentials"
+
+    def helper(password: str | None) -> None:
+        if password is None:
+            git(tmp_path, "config", "--global", "--unset", "credential.helper")
+            return
+        store.write_text(f"https://alice:{password}@127.0.0.1:{server.port}\n", encoding="utf-8")
+        git(tmp_path, "config", "--global", "credential.helper", f"store --file={store}")
+
+    with server.start(probe="remote.git"):
+        helper("s3cret")
+        ws = new_workspace(tmp_path, server.url("remote.git"), "ws", project=False)
+        jpfs(ws, "sync")
+        assert git(srv / "remote.git", "rev-parse", "jpfs-record").strip()
+        assert "s3cret" not in (ws / ".git" / "config").read_text(encoding="utf-8")
+
+        helper(None)
+        refused = jpfs_subprocess("sync", cwd=ws, timeout=60)
+        assert refused.returncode != 0
+        assert "terminal prompts disabled" in refused.stderr, refused.stderr
+        assert "store them with a credential helper" in refused.stderr, refused.stderr
+
+        helper("wrong")
+        refused = jpfs_subprocess("sync", cwd=ws, timeout=60)
+        assert refused.returncode != 0
+        assert "update them in your credential helper" in refused.stderr, refused.stderr
