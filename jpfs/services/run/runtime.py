@@ -96,7 +96,7 @@ class Runner:
 
     # -- plumbing -------------------------------------------------------------------
     @property
-    def record(self) -> Recorder:
+    def recording(self) -> Recorder:
         assert self.recorder is not None  # set by __post_init__
         return self.recorder
 
@@ -109,13 +109,13 @@ class Runner:
     def record_event(
         self, conv: Conversation, role: str, body: str, meta: Meta = None, *, event: str, **kw: Any
     ) -> Event:
-        return self.record.record_event(conv, role, body, meta, event=event, **kw)
+        return self.recording.record_event(conv, role, body, meta, event=event, **kw)
 
     def commit(self, conv: Conversation, event: str, **kwargs: Any) -> None:
-        self.record.commit(conv, event, **kwargs)
+        self.recording.commit(conv, event, **kwargs)
 
     def commit_caller_edits(self, conv: Conversation) -> None:
-        self.record.commit_caller_edits(conv)
+        self.recording.commit_caller_edits(conv)
 
     def provider(self, config: Mapping[str, Any]) -> Provider:
         key = providers.key(config)
@@ -182,7 +182,7 @@ class Runner:
 
     def drive(self, conv: Conversation) -> State:
         turns = 0
-        self.record.begin(conv)  # a new run looks at all of events/
+        self.recording.begin(conv)  # a new run looks at all of events/
         self.commit_caller_edits(conv)
         try:
             self.admit(conv)
