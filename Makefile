@@ -60,12 +60,17 @@ test: lint typecheck clients sshd
 # git or SSH server and no npm (tests/tiers.py marks the others `slow`). Bytecode is
 # cached (in .venv/pycache, as bench/common.py does) even where PYTHONDONTWRITEBYTECODE
 # is set: else every run and every jpfs subprocess compiles jpfs and the tests again.
+# Its temporary files (every test's repositories) go to a tmpfs where there is one
+# (/dev/shm; FAST_TMP= to keep TMPDIR): on an ext4 without a journal, as here, each file
+# created after many were deleted pays for the inodes freed lately, and the tier's
+# kernel time was 43 s on disk against 19 s on tmpfs (`make test` keeps TMPDIR).
+FAST_TMP ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm)
 .PHONY: test-fast
 test-fast: $(STAMP)
 	$(BIN)/ruff check jpfs tests bench
 	$(BIN)/ruff format --check jpfs tests bench
 	env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache \
-	  $(BIN)/pytest -q -n 2 -m "not slow" --timeout=120
+	  $(if $(FAST_TMP),TMPDIR=$(FAST_TMP)) $(BIN)/pytest -q -n 2 -m "not slow" --timeout=120
 
 # KEEP=1 keeps the demo's repository (under $TMPDIR) to look around in.
 demo: $(STAMP)
