@@ -137,7 +137,7 @@ class Daemon:
     def prepare(self) -> None:
         self.ws.ensure_record()
         policy.keep_all(self.ws)  # a checkout right after start finds copies to stand in
-        if self.ws.config["sync.remote"]:
+        if self.ws.config.sync.remote:
             self.shared = SharedRecord(
                 self.ws,
                 self.pool,
@@ -210,7 +210,7 @@ class Daemon:
             for batch in watch(
                 self.ws.conv_root,
                 self.stop,
-                debounce=float(self.ws.config["daemon.debounce"]),
+                debounce=self.ws.config.daemon.debounce,
                 started=self._watching,
             ):
                 self.reconciler.post(batch)
@@ -285,7 +285,7 @@ class Daemon:
                     return
                 meta = conv.meta()
                 job.info["agent"] = meta.get("agent", "")
-                job.info["model"] = conv.config.get("model", "")
+                job.info["model"] = conv.settings.model
                 self.stats.runs += 1
                 log.info("%s: run starts (%s)", conv.id, verdict.state)
                 job.phase = "running"

@@ -140,7 +140,7 @@ class Runner:
             request = dataclasses.replace(
                 request, notify=lambda text: self.note(f"[{conv.id}] {text}")
             )
-        if not conv.config.get("prompt_cache", True):
+        if not conv.settings.prompt_cache:
             request = dataclasses.replace(request, cache=False)
         # Every model call passes here: budgets and the run's clock are checked once, in
         # one place, whichever step (onboarding or work) makes the call.
@@ -199,7 +199,7 @@ class Runner:
                 if state is State.ONBOARDING:
                     onboarding.step(self, conv)
                 elif state is State.RUNNING:
-                    limit = int(conv.config.get("limits", {}).get("max_turns", 20))
+                    limit = conv.settings.limits.max_turns
                     # The call after the limit's is made too (its answer may end the
                     # run); counting it, this many calls are left.
                     if self.work_step(conv, calls_left=limit + 1 - turns):
@@ -234,7 +234,7 @@ class Runner:
         if self.steer(conv, events, calls_left):
             return False  # the next step makes the call, with what was delivered
         tools = self.tools_for(conv)
-        self.note(f"[{conv.id}] model turn ({conv.config.get('model', '')})")
+        self.note(f"[{conv.id}] model turn ({conv.settings.model})")
         try:
             sent = turn.call(
                 self.ws, conv, events, tools, lambda request: self.complete(conv, request)
@@ -242,7 +242,7 @@ class Runner:
         except Interrupted:
             self.note(f"[{conv.id}] model call interrupted by mail")
             return False  # the next step delivers the mail and calls again
-        reply, asked = sent.reply, str(conv.config.get("model", ""))
+        reply, asked = sent.reply, conv.settings.model
         model = reply.model or asked
         priced = prices.billed_as(reply.model, asked, self.ws.prices)
         meta: dict[str, Any] = {
@@ -328,7 +328,7 @@ class Runner:
             workspace_root=self.ws.root,
             conversation=conv.id,
             files_root=self.files_root(conv),
-            writable=tuple(config.get("tools", {}).get("write", [])),
+            writable=conv.settings.tools.write,
             cancel=self.app.runs.cancel_event(self, conv),
             workspace=self.ws,
             config=config,
