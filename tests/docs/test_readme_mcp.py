@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import jpfs_subprocess
 
@@ -25,6 +24,8 @@ def readme_block(lang: str, needle: str) -> str:
 
 
 async def list_tools(command: str, args: list[str], cwd: Path) -> list[str]:
+    from mcp import ClientSession, StdioServerParameters, stdio_client  # not at collection
+
     bin_dir = str(Path(sys.executable).parent)  # where `jpfs` is installed, as on a PATH
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     params = StdioServerParameters(command=command, args=args, cwd=cwd, env=env)

@@ -12,13 +12,15 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import Result, allow_agents, git, jpfs_subprocess, rgit
+
+if TYPE_CHECKING:  # the SDK is imported where a test starts the server, not at collection
+    from mcp import ClientSession
 
 HELPER = """\
 model = "script-helper"
@@ -66,6 +68,8 @@ def mcp_ws(ws: Path, cli: Callable[..., Result]) -> Path:
 
 @asynccontextmanager
 async def serve(ws: Path, errlog: Path, *args: str) -> AsyncIterator[ClientSession]:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "jpfs", "-w", str(ws), "mcp", *args],

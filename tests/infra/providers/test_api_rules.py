@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anthropic
-import openai
 import pytest
 
 from tests.api_rules import BINDING_BETA, TOOL_CHANGES_BETA, ModelRules, prompt_tokens, tokens
@@ -33,6 +31,8 @@ Msgs = list[JsonDict]
 
 def client(server: MessagesServer) -> Any:
     """The real SDK (typed Any: requests here are plain dicts, some of them invalid)."""
+    import anthropic  # here, not at the top: the quick tier collects this module only
+
     return anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0)
 
 
@@ -44,6 +44,8 @@ def create(server: MessagesServer, messages: Msgs, **params: Any) -> Any:
 
 def refusal(server: MessagesServer, messages: Msgs, **params: Any) -> str:
     """The message of the 400 the request gets (recorded, consuming no queued reply)."""
+    import anthropic
+
     pending, before = server.pending, len(server.requests)
     with pytest.raises(anthropic.BadRequestError) as caught:
         create(server, messages, **params)
@@ -424,6 +426,8 @@ def test_thinking_of_earlier_turns_is_not_counted(messages_server: MessagesServe
 
 def chat_refusal(server: ChatServer, messages: Msgs, **params: Any) -> JsonDict:
     """OpenAI's error object of the 400 the request gets (consuming no queued reply)."""
+    import openai
+
     pending = server.pending
     with pytest.raises(openai.BadRequestError) as caught:
         chat(server, messages, **params)
@@ -434,6 +438,8 @@ def chat_refusal(server: ChatServer, messages: Msgs, **params: Any) -> JsonDict:
 
 
 def chat(server: ChatServer, messages: Msgs, **params: Any) -> Any:
+    import openai
+
     params.setdefault("model", "local-test")
     sdk: Any = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
     return sdk.chat.completions.create(messages=messages, **params)
@@ -484,6 +490,8 @@ def test_chat_context_window_and_usage(chat_server: ChatServer) -> None:
 
 
 def test_refusals_are_recorded_and_consume_nothing(messages_server: MessagesServer) -> None:
+    import anthropic
+
     seen: list[JsonDict] = []
 
     def respond(body: JsonDict) -> Any:

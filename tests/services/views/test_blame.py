@@ -15,7 +15,6 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from jpfs.errors import JpfsError
 from jpfs.services.views import provenance
@@ -207,6 +206,8 @@ def test_jp_blame_through_mcp(
     assert cli("merge", child).code == 0
     other = run(cli, "impl", "beta")
     assert cli("merge", other).code == 0
+    from mcp import ClientSession, StdioServerParameters, stdio_client  # not at collection
+
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "jpfs", "-w", str(project), "mcp", "--root-id", lead, "--agent", "impl"],
