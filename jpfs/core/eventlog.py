@@ -133,7 +133,9 @@ class EventLog:
         events = self._events_str()
         try:
             st = os.stat(events)
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError as exc:
+            if not textfile.names_no_directory(exc):
+                raise
             self._listing = None
             return []
         stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
@@ -145,7 +147,9 @@ class EventLog:
                 return list(cached.names)
         try:
             names = os.listdir(events)
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError as exc:
+            if not textfile.names_no_directory(exc):
+                raise
             self._listing = None
             return []
         out = []

@@ -181,6 +181,12 @@ def write_atomic(
     atomic.replace(path, data, temporary_path(path, tmp_dir), exclusive=False)
 
 
+def names_no_directory(exc: OSError) -> bool:
+    """Whether ``exc`` says its path names no directory: missing, a file on the way, or a
+    loop of links (ELOOP, which Python gives no class of its own)."""
+    return isinstance(exc, FileNotFoundError | NotADirectoryError) or exc.errno == errno.ELOOP
+
+
 def create_new(
     path: Path,
     text: str,

@@ -113,8 +113,14 @@ def _answer(result: Outcome, report: Callable[[Any], None] | None) -> str:
 def jp_conversation_list(ctx: ToolContext, args: JsonDict) -> str:
     ws = ctx.ws()
     left_out: list[str] = []
+    # With this machine's cache, as `jpfs conversation ls` lists: a child whose failure
+    # its own files could not hold (kept in .jpfs/local/failures) shows failed here too.
     items = tree.listing(
-        ws.conv_root, ctx.conversation or None, include_hidden=True, left_out=left_out
+        ws.conv_root,
+        ctx.conversation or None,
+        include_hidden=True,
+        cache_dir=ws.local_dir,
+        left_out=left_out,
     )
     rows = [
         {

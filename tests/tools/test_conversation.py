@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from jpfs import api
+from jpfs.core import failures
 from jpfs.core.conversation import Conversation
 from jpfs.core.tool import ToolContext, check_arguments
 from jpfs.core.workspace import Workspace, open_workspace
@@ -129,6 +130,20 @@ def test_list_shows_the_callers_descendants_only(team: Workspace) -> None:
     assert call(team, "jp_conversation_list", caller="lead/known") == (
         "[] (no sub-conversations yet)"
     )
+
+
+def test_list_shows_a_child_failed_whose_failure_its_files_could_not_hold(
+    team: Workspace,
+) -> None:
+    """A failure kept on this machine (jpfs.core.failures, when writing it into the
+    conversation failed) reads as failed to the caller's agent, as in `jpfs tree`."""
+    child = Conversation(team.conv_root, "lead/known")
+    listed = json.loads(call(team, "jp_conversation_list"))
+    assert listed[0]["status"] != "failed"
+    failures.keep(team.local_dir, child, "boom: the run failed", "events/ is not writable")
+    assert json.loads(call(team, "jp_conversation_list"))[0]["status"] == "failed"
+    failures.clear(team.local_dir, child.id)
+    assert json.loads(call(team, "jp_conversation_list"))[0]["status"] == listed[0]["status"]
 
 
 def test_print_and_grep_read_a_descendant(team: Workspace) -> None:
