@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import socket
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Concatenate, ParamSpec
 
 # The committer is imported where a change is made, not here: its package loads pygit2
 # and a dozen modules (~60 ms of start-up), and a reader of the trailer names below
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from jpfs.infra.committer import Change, Identity
     from jpfs.infra.providers.base import Usage
 
+P = ParamSpec("P")
 
 # Provenance trailers (protocol/provenance.md): a writer's commit on its branch names
 # what a reader needs to find the step that wrote it, without searching the record.
@@ -98,35 +99,18 @@ def change(
     )
 
 
-def commit(
-    ws: Workspace,
-    conv_id: str,
-    event: str,
-    paths: Iterable[str] = (),
-    *,
-    agent: str | None = None,
-    model: str | None = None,
-    usage: Usage | None = None,
-    priced_as: str | None = None,
-    author: Identity | None = None,
-    note: str | None = None,
-    creates: Iterable[tuple[str, str]] = (),
-) -> str | None:
-    """:func:`change`, committed: the commit's id (None when nothing changed)."""
-    made = change(
-        ws,
-        conv_id,
-        event,
-        paths,
-        agent=agent,
-        model=model,
-        usage=usage,
-        priced_as=priced_as,
-        author=author,
-        note=note,
-        creates=creates,
-    )
-    return ws.commit(made)
+def _committed(
+    make: Callable[Concatenate[Workspace, P], Change],
+) -> Callable[Concatenate[Workspace, P], str | None]:
+    def commit(ws: Workspace, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """:func:`change`, committed: the commit's id (None when nothing changed)."""
+        return ws.commit(make(ws, *args, **kwargs))
+
+    return commit
+
+
+# change's parameters, typed, without writing them twice.
+commit = _committed(change)
 
 
 def edit_links(ws: Workspace, conv: Conversation, call_ids: Iterable[str]) -> list[tuple[str, str]]:
