@@ -7,14 +7,16 @@ conversation, whether what a listing derived from its files last time still hold
 listing re-reads only those whose files moved, so its cost grows with what changed.
 Kept in ``.jpfs/local/summaries.bin`` (``jpfs tree``'s in ``tree-summaries.bin``).
 
-A conversation's signature is the stat identity (inode, mtime, ctime) of its directory
-and of its ``events/`` directory, and the stat (plus size) of the files people edit in
+A conversation's signature is the stat identity (inode, mtime, ctime) of its directory,
+of its ``events/`` directory and of its ``inbox/`` (mail arriving, mail marked read: a
+tree shows the mail waiting), and the stat (plus size) of the files people edit in
 place: ``conversation.toml`` (title, hidden), ``questions.md`` and ``answers.md``.
 Every jpfs write is a new file renamed into place (an event, ``result.md``, a rewritten
 record), which sets the mtime and ctime of the directory it lands in, so the directory
 covers all of them and their creation and removal; ctime because nobody can set it back.
 The same stamp of a directory also keeps its listing (its subdirectories, which of those
-files it holds), so an unchanged conversation costs three ``stat`` calls and no scandir.
+files it holds), so an unchanged conversation costs a ``stat`` call for its directory and one for each
+of those it holds, and no scandir.
 
 Not seen until something else in the conversation changes: an event file or
 ``result.md`` rewritten in place (only jpfs writes them, by rename), or ``task.md``
@@ -43,12 +45,12 @@ from jpfs.core import ids
 from jpfs.infra import fsclock, textfile
 
 FILE = "summaries.bin"
-VERSION = 3
+VERSION = 4
 CLOCK = "summaries.clock"  # touched at each walk: the file system's time
 _MARKS = frozenset({"conversation.toml", "task.md"})
-# What a summary depends on besides the directory's own entries: new events, and files
-# people edit in place. Their order is the signature's.
-_WATCHED = ("events", "conversation.toml", "questions.md", "answers.md")
+# What a summary depends on besides the directory's own entries: new events, mail, and
+# files people edit in place. Their order is the signature's.
+_WATCHED = ("events", "inbox", "conversation.toml", "questions.md", "answers.md")
 
 Signature = tuple[int, ...]
 # A directory as last listed: [stamp, is a conversation, which of _WATCHED it holds,

@@ -21,7 +21,7 @@ PROTOCOL = Path(__file__).resolve().parents[2] / "protocol"
 CONVERSATION = {"id", "parent", "title", "agent", "status", "events_count", "created", "updated",
                 "hidden"}  # fmt: skip
 TREE_ROW = {"id", "depth", "state", "agent", "model", "elapsed", "tokens", "cost_usd",
-            "subtree_tokens", "subtree_cost_usd", "last", "title", "hidden"}  # fmt: skip
+            "subtree_tokens", "subtree_cost_usd", "mail_waiting", "last", "title", "hidden"}  # fmt: skip
 USAGE = {"input_tokens", "output_tokens", "cache_read_input_tokens",
          "cache_creation_input_tokens", "cost_usd", "cost_note"}  # fmt: skip
 SHOWN = CONVERSATION | {"error", "usage", "subtree_usage"}

@@ -38,7 +38,7 @@ def tree(
     full_ids: FullIds = False,
 ) -> None:
     """The conversation tree: state, agent, model, time, tokens, cost (its own, and its
-    subtree's on rows with sub-conversations) and last line of each."""
+    subtree's on rows with sub-conversations), mail waiting and last line of each."""
     show(conv_id, root_id, fmt, watch or count > 1, interval, count, include_hidden, full_ids)
 
 
@@ -124,7 +124,7 @@ def render(rows: list[Row], header: str = "", short: Callable[[str], str] = str)
 
     parents = {r.id.rsplit("/", 1)[0] for r in rows if "/" in r.id}
     text = table(
-        ("id", "state", "agent", "model", "time", "tokens", "cost", "subtree", "last"),
+        ("id", "state", "agent", "model", "time", "tokens", "cost", "subtree", "mail", "last"),
         [
             (
                 "  " * row.depth + short(row.id).rsplit("/", 1)[-1],
@@ -136,6 +136,8 @@ def render(rows: list[Row], header: str = "", short: Callable[[str], str] = str)
                 dollars(row.cost_usd) if row.tokens else "-",
                 # A subtree's total, on the rows that have sub-conversations shown.
                 dollars(row.subtree_cost_usd) if row.id in parents else "",
+                # Its caller's messages not delivered yet: at its next model call, or run.
+                f"{row.mail_waiting} waiting" if row.mail_waiting else "",
                 row.last,
             )
             for row in rows

@@ -31,6 +31,7 @@ from jpfs.core import failures, frontmatter, ids, locks, tree
 from jpfs.core.conversation import Conversation
 from jpfs.core.state import AGENT_ACTS, State, derive
 from jpfs.core.summaries import Summaries
+from jpfs.core.transcript import waiting_mail
 from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
 from jpfs.errors import FormatError
@@ -55,6 +56,7 @@ class Row:
     last: str
     title: str
     hidden: bool
+    mail_waiting: int  # its caller's messages not delivered yet (the MAIL column)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,7 +92,7 @@ def _fit(line: str) -> str:
 # The tree's own cache of what the files say (jpfs.core.summaries), beside ls's.
 FILE = "tree-summaries.bin"
 # Bumped when what facts() derives changes: older cached facts are derived again.
-FACTS_VERSION = 2
+FACTS_VERSION = 3
 _AGENT_ACTS = frozenset(str(s) for s in AGENT_ACTS)
 
 
@@ -134,6 +136,8 @@ class TreeView:
             "last": last,
             "title": str(meta.get("title", "")),
             "hidden": bool(meta.get("hidden", False)),
+            # What waits for its next model call (or its next run): transcript.waiting_mail.
+            "mail": len(waiting_mail(conv)),
             "updated": max((_mtime(p) for p in changed), default=time.time()),
         }
 
@@ -163,6 +167,7 @@ class TreeView:
             last=last,
             title=str(facts["title"]),
             hidden=bool(facts["hidden"]),
+            mail_waiting=int(facts["mail"]),
         )
 
     def last(self, conv: Conversation, state: State, names: list[tuple[int, str, str]]) -> str:

@@ -68,7 +68,7 @@ def test_tree_text_and_top_frames(ws: Path, cli: Callable[..., Result]) -> None:
     assert text.code == 0
     lines = text.stdout.splitlines()
     assert lines[0].split() == [
-        "ID", "STATE", "AGENT", "MODEL", "TIME", "TOKENS", "COST", "SUBTREE", "LAST",
+        "ID", "STATE", "AGENT", "MODEL", "TIME", "TOKENS", "COST", "SUBTREE", "MAIL", "LAST",
     ]  # fmt: skip
     assert lines[-1].startswith("total: ")
     line = next(ln for ln in lines if ln.startswith(ids["idle"]))
@@ -81,6 +81,39 @@ def test_tree_text_and_top_frames(ws: Path, cli: Callable[..., Result]) -> None:
 
     below = cli("tree", ids["waiting"])
     assert below.code == 0 and "(no conversations)" in below.stdout
+
+
+def test_mail_waiting_is_counted_until_it_is_delivered(
+    ws: Path, cli: Callable[..., Result]
+) -> None:
+    """The MAIL column counts the caller's messages not delivered yet; the tree's cache
+    sees mail arrive and mail marked read (inbox/ is in its signature), so a warm cache
+    never shows a count that moved."""
+    from jpfs.services.conversations import mail
+
+    ids = make_tree(ws, cli)
+    idle = ids["idle"]
+
+    def shown() -> tuple[int, str]:
+        rows = {r["id"]: r for r in json.loads(cli("tree", "--format", "json").stdout)}
+        text = cli("tree", "--full-ids").stdout
+        line = next(ln for ln in text.splitlines() if ln.startswith(idle))
+        return int(rows[idle]["mail_waiting"]), line
+
+    assert shown()[0] == 0  # the cache is warm from here on
+    for body in ("Stop and report.", "Then list the files."):
+        sent = cli("mail", "send", idle, body, "--no-start")
+        assert sent.code == 0, sent.stderr
+    count, line = shown()
+    assert count == 2 and " 2 waiting " in line
+    space = open_workspace(ws)
+    first = mail.check(space, idle)[:1]
+    mail.mark_read(space, idle, first)  # delivered: only inbox/ changes
+    count, line = shown()
+    assert count == 1 and " 1 waiting " in line
+    mail.mark_read(space, idle, mail.check(space, idle))
+    count, line = shown()
+    assert count == 0 and "waiting" not in line
 
 
 def test_a_daemon_run_shows_what_it_is_doing_live(ws: Path) -> None:
