@@ -3,6 +3,7 @@ takeover latency, sync lag.
 
 Usage: python bench/bench_sync.py [--quick] [--conversations N [N ...]] [--turn S]
                                   [--transport git|http|https|ssh|file] [--rounds R]
+                                  [--scale K]
 
 Everything is the real runtime path: a bare repository as the remote, served over a
 real network transport on 127.0.0.1 (``git daemon``: ``git://``, the default; smart
@@ -14,6 +15,12 @@ clone without a daemon (its record attached beforehand, as a laptop sharing the 
 has it) that creates the conversations and sends them with ``jpfs sync``, and the real anthropic SDK talking to ``tests/messages_server.py``,
 whose model takes ``--turn`` seconds (0.2) per answer so that agents overlap as with a
 real model.
+
+``--scale K`` multiplies the turn, ``sync.interval`` and ``sync.lease`` (2 s, 0.3 s, 3 s):
+the bench compresses a fleet's time (a real model's turn takes tens of seconds, jpfs's
+defaults are a 2 s interval and a 30 s lease) while each git process still costs the
+same CPU, so on a small machine the daemons' work at each wave's end crowds its cores;
+a larger K shows the same fleet with less of that crowding.
 
 * throughput: N conversations (36, then 108) from one ``jpfs sync`` until the remote's record
   holds every ``result.md``; with 1, 2 and 3 daemons (4 agents each); the scaling
@@ -475,16 +482,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--rounds", type=int, default=None, help="interleaved rounds per size (3; --quick: 1)"
     )
+    parser.add_argument(
+        "--scale", type=float, default=1.0,
+        help="multiply the model turn, sync.interval and sync.lease (1): the bench runs a"
+        " real fleet's time compressed, while each git process costs the same CPU",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     counts = args.conversations or ([24] if args.quick else [36, 108])
-    turn = args.turn if args.turn is not None else (1.0 if args.quick else 2.0)
+    turn = (args.turn if args.turn is not None else (1.0 if args.quick else 2.0)) * args.scale
+    global INTERVAL, LEASE
+    INTERVAL, LEASE = INTERVAL * args.scale, LEASE * args.scale
     samples = args.samples or (10 if args.quick else 30)
     rounds = args.rounds or (1 if args.quick else 3)
     pin_environment()
     print_machine()
     from tests.messages_server import MessagesServer, text_reply
 
-    results: dict[str, Any] = {"turn_s": turn, "transport": args.transport}
+    results: dict[str, Any] = {"turn_s": turn, "transport": args.transport, "scale": args.scale}
     with temp_dir("jpfs-bench-sync-") as base, MessagesServer() as server, ExitStack() as stack:
         use_bytecode_cache(base / "pycache")
         server.responder = lambda request: (time.sleep(turn), text_reply("Done."))[1]
