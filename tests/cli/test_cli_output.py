@@ -166,7 +166,18 @@ def test_format_takes_text_or_json_and_refuses_anything_else(
 
 
 HEADERS = {
-    ("tree",): ["ID", "STATE", "AGENT", "MODEL", "TIME", "TOKENS", "COST", "SUBTREE", "LAST"],
+    ("tree",): [
+        "ID",
+        "STATE",
+        "AGENT",
+        "MODEL",
+        "TIME",
+        "TOKENS",
+        "COST",
+        "SUBTREE",
+        "MAIL",
+        "LAST",
+    ],
     ("cost",): ["CONVERSATION", "CALLS", "INPUT", "OUTPUT", "CACHE-READ", "CACHE-WRITE", "COST"],
     ("c", "ls"): ["ID", "STATE", "AGENT", "EVENTS", "TITLE"],
     ("c", "ls", "--tree"): ["ID", "STATE", "AGENT", "EVENTS", "TITLE"],
