@@ -15,8 +15,8 @@ Every jpfs write is a new file renamed into place (an event, ``result.md``, a re
 record), which sets the mtime and ctime of the directory it lands in, so the directory
 covers all of them and their creation and removal; ctime because nobody can set it back.
 The same stamp of a directory also keeps its listing (its subdirectories, which of those
-files it holds), so an unchanged conversation costs a ``stat`` call for its directory and one for each
-of those it holds, and no scandir.
+files it holds), so an unchanged conversation costs a ``stat`` call for its directory
+and one for each of those it holds, and no scandir.
 
 Not seen until something else in the conversation changes: an event file or
 ``result.md`` rewritten in place (only jpfs writes them, by rename), or ``task.md``

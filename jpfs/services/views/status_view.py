@@ -36,6 +36,7 @@ from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
 from jpfs.errors import FormatError
 from jpfs.services.conversations import onboarding
+from jpfs.services.conversations.mail import is_caller
 from jpfs.services.daemon import process
 
 LAST_WIDTH = 60
@@ -136,8 +137,9 @@ class TreeView:
             "last": last,
             "title": str(meta.get("title", "")),
             "hidden": bool(meta.get("hidden", False)),
-            # What waits for its next model call (or its next run): transcript.waiting_mail.
-            "mail": len(waiting_mail(conv)),
+            # Its caller's mail not delivered yet, which its next model call (or run)
+            # delivers; a child's message to it is the agent's to read, not input.
+            "mail": sum(1 for _, sender, _ in waiting_mail(conv) if is_caller(sender, conv_id)),
             "updated": max((_mtime(p) for p in changed), default=time.time()),
         }
 
