@@ -19,15 +19,7 @@ from jpfs.services.run import query
 from jpfs.services.run.handoff import QueryRequest
 from jpfs.services.workspace import policy
 from tests.conftest import use_only_agent
-
-SCRIPTED = """
-model = "script-zero"
-provider = "script"
-[onboarding]
-enabled = false
-[[script.turns]]
-text = "ok: {input}"
-"""
+from tests.services.run.test_query_handoff import SCRIPTED  # the "zero" agent both use
 
 
 @pytest.fixture
