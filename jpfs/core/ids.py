@@ -58,6 +58,15 @@ def parent(conv_id: str) -> str | None:
     return head or None
 
 
+# Who sends mail that no conversation sent (the CLI, the MCP server, a file saved by hand).
+HUMAN = "@human"
+
+
+def is_caller(sender: str, to: str) -> bool:
+    """Whether ``sender`` is ``to``'s caller: its parent conversation, or a human."""
+    return sender == HUMAN or sender == parent(to)
+
+
 def ancestors(conv_id: str) -> list[str]:
     """The ids above ``conv_id``, nearest first (``a/b/c`` -> ``a/b``, ``a``)."""
     parts = segments(conv_id)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jpfs.core import frontmatter, tree
+from jpfs.core import frontmatter, ids, tree
 from jpfs.core.conversation import ANSWERS, INBOX, QUESTIONS, RESULT, TASK, Conversation, Event
 from jpfs.core.eventlog import check_last
 from jpfs.core.messages import thinking_of
@@ -48,8 +48,14 @@ def _event_header(ev: Event) -> str:
 
 
 def waiting_mail(conv: Conversation) -> list[tuple[str, str, str]]:
-    """Unread mail in ``conv``'s inbox, as (id, from, subject): what waits for its next
-    model call (or its next run)."""
+    """Its caller's mail not delivered yet, as (id, from, subject): what its next model
+    call (or its next run) delivers; the MAIL column of ``jpfs tree`` counts it."""
+    return [m for m in unread_mail(conv) if ids.is_caller(m[1], conv.id)]
+
+
+def unread_mail(conv: Conversation) -> list[tuple[str, str, str]]:
+    """Every unread message in ``conv``'s inbox, as (id, from, subject): its caller's
+    (:func:`waiting_mail`) and its children's, which the agent reads with its tools."""
     box = conv.path / INBOX
     try:
         names = sorted(n for n in os.listdir(box) if n.endswith(".md") and not n.startswith("."))
@@ -108,12 +114,17 @@ def markdown(conv: Conversation, last: int | None = None) -> str:
     if events:
         out += ["## Events", ""]
         out += [render_event(ev) for ev in events]
-    waiting = waiting_mail(conv)
-    if waiting:
-        out += ["## Mail waiting", ""]
-        out += [f"- {mid} from {sender}: {subject}" for mid, sender, subject in waiting]
-        out.append("")
-    elif last is None and (result := conv.read(RESULT)):
+    unread = unread_mail(conv)
+    waiting = [m for m in unread if ids.is_caller(m[1], conv.id)]
+    for heading, listed in (
+        ("Mail waiting", waiting),
+        ("Unread mail", [m for m in unread if m not in waiting]),
+    ):
+        if listed:
+            out += [f"## {heading}", ""]
+            out += [f"- {mid} from {sender}: {subject}" for mid, sender, subject in listed]
+            out.append("")
+    if not waiting and last is None and (result := conv.read(RESULT)):
         out += ["## Result", "", result.strip(), ""]
     return "\n".join(out).rstrip() + "\n"
 
@@ -123,10 +134,13 @@ def as_json(conv: Conversation, last: int | None = None) -> dict[str, Any]:
     for name in (TASK, QUESTIONS, ANSWERS):
         data[name.removesuffix(".md")] = conv.read(name)
     data["events"] = [ev.to_json() for ev in conv.events(last=last)]
-    data["mail_waiting"] = [
-        {"id": mid, "from": sender, "subject": subject}
-        for mid, sender, subject in waiting_mail(conv)
-    ]
+    unread = unread_mail(conv)
+    for key, caller in (("mail_waiting", True), ("mail_unread", False)):
+        data[key] = [
+            {"id": mid, "from": sender, "subject": subject}
+            for mid, sender, subject in unread
+            if ids.is_caller(sender, conv.id) is caller
+        ]
     return data
 
 

@@ -63,7 +63,7 @@ def commands(ids: dict[str, str]) -> list[tuple[tuple[str, ...], str, set[str]]]
         (("cost",), "jpfs cost", COST),
         (("cost", lead, "--by", "model"), "jpfs cost", COST),
         (("c", "print", lead), "jpfs conversation print",
-         CONVERSATION | {"task", "questions", "answers", "events", "mail_waiting"}),
+         CONVERSATION | {"task", "questions", "answers", "events", "mail_waiting", "mail_unread"}),
         (("c", "grep", "needle", "-i"), "jpfs conversation grep", MATCH),
         (("c", "grep", "needle", "-i", "-l"), "jpfs conversation grep", {"id", "file"}),
         (("c", "grep", "needle", "-i", "-c"), "jpfs conversation grep", {"id", "file", "count"}),

@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 from jpfs.core import frontmatter, ids, record, scope, secrets
 from jpfs.core.conversation import INBOX, Conversation, now
+from jpfs.core.ids import HUMAN, is_caller
 from jpfs.errors import ExistsError, FormatError, IdError, NotFoundError, ScopeError
 from jpfs.infra import git, textfile
 
 if TYPE_CHECKING:
     from jpfs.core.workspace import Workspace
 
-HUMAN = "@human"
 KINDS = ("message", "status")
 MESSAGE_ID_RE = re.compile(r"m-[0-9a-z]{26}")
 
@@ -140,11 +140,6 @@ def inbox_dir(ws: Workspace, conv_id: str) -> Path:
 
 def message_path(ws: Workspace, conv_id: str, msg_id: str) -> Path:
     return inbox_dir(ws, conv_id) / f"{check_message_id(msg_id)}.md"
-
-
-def is_caller(sender: str, to: str) -> bool:
-    """Whether ``sender`` is ``to``'s caller: its parent conversation, or a human."""
-    return sender == HUMAN or sender == ids.parent(to)
 
 
 def check_recipient(

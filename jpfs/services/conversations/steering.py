@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jpfs.core import ids
 from jpfs.core.conversation import Event
 from jpfs.services.conversations import mail
 
@@ -74,7 +75,7 @@ def interrupting(ws: Workspace, conv_id: str) -> bool:
     """Whether unread mail from ``conv_id``'s caller asks to interrupt the model call in
     flight (``interrupt = true``). Read from the files as they are (committed or not)."""
     return any(
-        m.interrupt and m.kind == "message" and mail.is_caller(m.sender, conv_id)
+        m.interrupt and m.kind == "message" and ids.is_caller(m.sender, conv_id)
         for m in mail.check(ws, conv_id)
     )
 

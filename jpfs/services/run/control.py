@@ -210,7 +210,7 @@ def send(
         parent_only=parent_only,
         interrupt=interrupt,
     )
-    if not start_run or not mail.is_caller(msg.sender, msg.to):
+    if not start_run or not ids.is_caller(msg.sender, msg.to):
         return msg, False
     conv = Conversation(ws.conv_root, msg.to)
     if tree.state_of(conv) not in inputs.TAKES_INPUT or conv.meta().get("mode") == "template":

@@ -36,7 +36,6 @@ from jpfs.core.usage import Spend
 from jpfs.core.workspace import Workspace
 from jpfs.errors import FormatError
 from jpfs.services.conversations import onboarding
-from jpfs.services.conversations.mail import is_caller
 from jpfs.services.daemon import process
 
 LAST_WIDTH = 60
@@ -139,7 +138,7 @@ class TreeView:
             "hidden": bool(meta.get("hidden", False)),
             # Its caller's mail not delivered yet, which its next model call (or run)
             # delivers; a child's message to it is the agent's to read, not input.
-            "mail": sum(1 for _, sender, _ in waiting_mail(conv) if is_caller(sender, conv_id)),
+            "mail": len(waiting_mail(conv)),
             "updated": max((_mtime(p) for p in changed), default=time.time()),
         }
 

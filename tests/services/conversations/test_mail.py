@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jpfs import api
-from jpfs.core import frontmatter, locks
+from jpfs.core import frontmatter, ids, locks
 from jpfs.core.conversation import Conversation
 from jpfs.core.tool import ToolContext
 from jpfs.core.workspace import Workspace, open_workspace
@@ -165,7 +165,7 @@ def test_agents_mail_only_their_parent_and_descendants(tree3: Workspace) -> None
         mail.send(w, "lead/a/link", "s", "b", sender="lead/a")
     assert not (w.conv_root / "other/inbox").exists()
     # A human may mail anyone.
-    assert mail.send(w, "other", "s", "b").sender == mail.HUMAN
+    assert mail.send(w, "other", "s", "b").sender == ids.HUMAN
 
 
 def settled(w: Workspace, parent: str, child: str) -> bool:

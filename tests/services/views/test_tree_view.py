@@ -89,10 +89,10 @@ def test_mail_waiting_is_counted_until_it_is_delivered(
     """The MAIL column counts the caller's messages not delivered yet; the tree's cache
     sees mail arrive and mail marked read (inbox/ is in its signature), so a warm cache
     never shows a count that moved."""
+    from jpfs.core.ids import is_caller
     from jpfs.services.conversations import mail
 
-    ids = make_tree(ws, cli)
-    idle = ids["idle"]
+    idle = make_tree(ws, cli)["idle"]
 
     def shown() -> tuple[int, str]:
         rows = {r["id"]: r for r in json.loads(cli("tree", "--format", "json").stdout)}
@@ -110,7 +110,15 @@ def test_mail_waiting_is_counted_until_it_is_delivered(
     mail.send(space, idle, "Found it", "In the README.", sender=f"{idle}/kid")
     count, line = shown()
     assert count == 2 and " 2 waiting " in line
-    first = [m for m in mail.check(space, idle) if mail.is_caller(m.sender, idle)][:1]
+    # `c print` names the same two as waiting, and the child's apart, as unread.
+    printed = cli("c", "print", idle).stdout
+    waiting, _, unread = printed.partition("## Unread mail")
+    assert waiting.count(" from @human: ") == 2 and "## Mail waiting" in waiting
+    assert f" from {idle}/kid: Found it" in unread and "@human" not in unread
+    as_json = json.loads(cli("c", "print", idle, "--format", "json").stdout)
+    assert [m["from"] for m in as_json["mail_waiting"]] == ["@human", "@human"]
+    assert [m["from"] for m in as_json["mail_unread"]] == [f"{idle}/kid"]
+    first = [m for m in mail.check(space, idle) if is_caller(m.sender, idle)][:1]
     mail.mark_read(space, idle, first)  # delivered: only inbox/ changes
     count, line = shown()
     assert count == 1 and " 1 waiting " in line
