@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from jpfs.errors import JpfsError
 from jpfs.services.sync.engine import SyncEngine
+from jpfs.services.sync.leases import LeaseBook
 
 log = logging.getLogger("jpfs.services.sync")
 
@@ -20,6 +21,9 @@ log = logging.getLogger("jpfs.services.sync")
 _STARTING_POLL = 0.005
 # A daemon whose workers all run fetches every this many intervals at most (see run).
 FULL_FETCH_EVERY = 2
+# The longest a run's result waits for the runs that started before it ended
+# (wait_released); half an interval when that is shorter.
+GATHER_MAX = 0.25
 
 
 def run(
@@ -31,18 +35,23 @@ def run(
     """Cycle until ``stop``: every ``interval``, or at once when woken (a run ended).
     ``starting()``: whether a run is about to start here; a cycle waits for those first
     (:func:`wait_started`), at most an ``interval``, and not while a lease held would
-    meanwhile go half its duration without a renewal. ``full()``: whether every worker
+    meanwhile go half its duration without a renewal; woken by a run's end, it also waits
+    for the runs that started before it to end too (:func:`wait_released`, at most
+    :data:`GATHER_MAX`). ``full()``: whether every worker
     here is running a run; then a cycle fetches only if the last fetch began
     :data:`FULL_FETCH_EVERY` intervals ago (or a quarter lease: a claim trusts a view
     half a lease old, and a takeover waits a lease from the first sight of a value),
     and otherwise only pushes (results, renewals): news of new work could start nothing
     here, and each fetch is a process and a session on the remote, beside the runs and
     the peers' fetches."""
-    woken = False
+    woken, woke_at = False, 0.0
+    gather = min(engine.interval / 2, GATHER_MAX)
     while not stop.is_set():
         engine.wake.clear()
         if starting is not None and not engine.book.urgent(time.monotonic() + engine.interval):
             wait_started(starting, stop, engine.interval)
+        if woken and not engine.book.urgent(time.monotonic() + gather):
+            wait_released(engine.book, stop, woke_at, gather)
         began, failed = time.monotonic(), True
         fetch = (
             full is None
@@ -73,6 +82,7 @@ def run(
         woken = engine.wake.wait(
             engine.interval if failed else max(engine.interval / 4, engine.interval - spent)
         )
+        woke_at = time.monotonic()
     try:
         engine.sync_once()  # hand back what we hold
     except JpfsError as exc:
@@ -88,5 +98,19 @@ def wait_started(starting: Callable[[], bool], stop: threading.Event, seconds: f
     carries every result of the wave."""
     deadline = time.monotonic() + seconds
     while starting() and (left := deadline - time.monotonic()) > 0:
+        if stop.wait(min(left, _STARTING_POLL)):
+            return
+
+
+def wait_released(book: LeaseBook, stop: threading.Event, since: float, seconds: float) -> None:
+    """Until every lease held since before ``since`` (a run's end woke the cycle then) is
+    being given back, ``stop``, or ``seconds`` after ``since``. Runs that started
+    together tend to end together (a wave of claims, the same model): one push then
+    carries all their results, where a push each would race one another and the peers'
+    pushes on the record branch (each lost race costs a fetch, a merge and a push)."""
+    deadline = since + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if not any(lease.taken < since and not lease.releasing for lease in book.held()):
+            return
         if stop.wait(min(left, _STARTING_POLL)):
             return

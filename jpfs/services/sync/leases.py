@@ -91,6 +91,7 @@ class Lease:
     # Values pushed since the last push known to have landed, whose push failed or is in
     # flight: what the remote may hold instead of ``oid``.
     sent: dict[str, Sent] = field(default_factory=dict)
+    taken: float = 0.0  # monotonic time of our claim
 
 
 # A released lease is swept once unchanged for 2 x sync.lease, and never sooner than
@@ -284,7 +285,9 @@ class LeaseBook:
     def taken(self, conv_id: str, oid: str, seq: int, previous: Observed | None = None) -> None:
         now = time.monotonic()
         with self._lock:
-            self._held[conv_id] = Lease(conv_id, lease_ref(conv_id), oid, seq, now, False, previous)
+            self._held[conv_id] = Lease(
+                conv_id, lease_ref(conv_id), oid, seq, now, False, previous, taken=now
+            )
             self._seen[lease_ref(conv_id)] = Observed(oid, now)
 
     def sending(self, conv_id: str, sent: Sent) -> None:

@@ -463,6 +463,31 @@ def test_the_wait_for_runs_starting_is_bounded_and_ends_on_stop() -> None:
     cycling.wait_started(lambda: True, stop, 3600.0)  # returns at once
 
 
+def test_a_runs_end_waits_for_the_runs_that_started_before_it_to_end_too(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """One push for the results of runs that started together: the cycle a run's end
+    woke waits while a lease held since before it is not given back, within a bound,
+    and not for a run that started after it."""
+    _, _, ours, _ = two_clones(ws, tmp_path, cli, interval="1", lease="30")
+    assert ours.claim("a") and ours.claim("b")
+    stop = threading.Event()
+    ours.release("a")
+    woke = time.monotonic()
+    began = time.monotonic()
+    cycling.wait_released(ours.book, stop, woke, 0.2)  # "b" still runs: the whole bound
+    assert time.monotonic() - began >= 0.2 - (began - woke)
+    ours.release("b")
+    assert ours.claim("next")  # a run started after the wake is not waited for
+    began = time.monotonic()
+    cycling.wait_released(ours.book, stop, woke, 3600.0)
+    assert time.monotonic() - began < 60  # returned when "a" and "b" were both done
+    stop.set()
+    began = time.monotonic()
+    cycling.wait_released(ours.book, stop, began + 1, 3600.0)  # "next" runs: ends on stop
+    assert time.monotonic() - began < 60
+
+
 def test_released_leases_are_swept_once_old(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
