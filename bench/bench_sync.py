@@ -385,7 +385,11 @@ def scaling(
     runs: dict[int, list[float]] = {}  # daemons -> seconds per round; 0: not sharing
     spent: dict[int, dict[str, dict[str, float]]] = {}
     for round_ in range(rounds):
-        for daemons in range(most + 1):
+        # Every other round in the reverse order: a configuration run after the others
+        # meets what they left on the machine (the disk's freed inodes, a warm cache),
+        # and a drift over a round is not charged to the last configuration each time.
+        order = range(most + 1) if round_ % 2 == 0 else range(most, -1, -1)
+        for daemons in order:
             seconds, found = throughput(
                 base / f"r{round_}" / f"tp{daemons}",
                 server,
