@@ -21,7 +21,7 @@ through :func:`resolve`: prefixes, ``@``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -193,13 +193,19 @@ FullIds = Annotated[
 ]
 
 
-def shortener(ws: Workspace, root_id: str | None, full: bool) -> Callable[[str], str]:
+def shortener(
+    ws: Workspace,
+    root_id: str | None,
+    full: bool,
+    known: Mapping[str, list[str]] | None = None,
+) -> Callable[[str], str]:
     """What a text listing shows of each id (jpfs.core.shortids): as unique under
-    --root-id as resolution reads it there, or whole with --full-ids."""
+    --root-id as resolution reads it there, or whole with --full-ids; ``known``: the
+    levels the listing's walk just read."""
     from jpfs.core import shortids
 
     within = root_scope(ws, root_id) if not full else None
-    return shortids.shortener(ws.conv_root, within, full=full)
+    return shortids.shortener(ws.conv_root, within, full=full, known=known)
 
 
 # A new conversation's budget: it and its descendants (jpfs.services.conversations.budgets).

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from jpfs.core import ids, scope
@@ -43,11 +44,19 @@ class Shortener:
     """Shortens ids against the tree as it is now (each level listed once, on demand).
 
     ``within``: the scope root the ids are shown under (``--root-id``), whose levels
-    show only its own path, so the lengths shown count nothing outside it."""
+    show only its own path, so the lengths shown count nothing outside it. ``known``:
+    levels a walk of the tree just listed (:attr:`jpfs.core.summaries.Summaries.levels`:
+    the same names, sorted), so that a listing does not list each directory twice."""
 
-    def __init__(self, conv_root: Path, within: str | None = None) -> None:
+    def __init__(
+        self,
+        conv_root: Path,
+        within: str | None = None,
+        known: Mapping[str, list[str]] | None = None,
+    ) -> None:
         self.conv_root = conv_root
         self.scope_path = ids.segments(within or "")
+        self._known = known or {}
         self._levels: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._shown: dict[str, str] = {}
 
@@ -78,6 +87,8 @@ class Shortener:
             depth = parent.count("/") + 1 if parent else 0
             if depth < len(self.scope_path):
                 names = [self.scope_path[depth]]
+            elif parent in self._known:
+                names = self._known[parent]
             else:
                 names = sorted(scope.children(self.conv_root, parent))
             # Below SHORTEST shared characters the cut is the minimum whatever they are:
@@ -103,10 +114,16 @@ def _cut(name: str, shared: int) -> str:
     return name if keep >= len(name) else name[:keep]
 
 
-def shortener(conv_root: Path, within: str | None = None, *, full: bool = False) -> Shortener:
+def shortener(
+    conv_root: Path,
+    within: str | None = None,
+    *,
+    full: bool = False,
+    known: Mapping[str, list[str]] | None = None,
+) -> Shortener:
     """What a listing shows of each id: shortened, or whole with ``full``
     (``--full-ids``)."""
-    return _Whole(conv_root) if full else Shortener(conv_root, within)
+    return _Whole(conv_root) if full else Shortener(conv_root, within, known)
 
 
 class _Whole(Shortener):

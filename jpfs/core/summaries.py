@@ -69,6 +69,9 @@ class Summaries:
         self._horizon = 0
         # Directories the last walk left out: too deep to be a conversation (see walk).
         self.left_out: list[str] = []
+        # Each directory the last walk visited -> its child directories that can be
+        # conversations, sorted (jpfs.core.scope.children's names, listed once).
+        self.levels: dict[str, list[str]] = {}
         if self.path is None:
             return
         try:
@@ -95,6 +98,7 @@ class Summaries:
         visited: set[str] = set()
         self._visited = visited if under is None else None
         self.left_out = []
+        self.levels = levels = {}
         nodes = self.nodes
         start = conv_root.joinpath(*under.split("/")) if under else conv_root
         stack: list[tuple[str, str, int]] = [(under or "", str(start), ids.depth(under or ""))]
@@ -114,6 +118,7 @@ class Summaries:
                 node = self._list(rel, path, stamp, node)
                 if node is None:
                     continue
+            levels[rel] = node[3]
             base = f"{rel}/" if rel else ""
             if depth < ids.MAX_DEPTH:
                 for child in reversed(node[3]):

@@ -172,10 +172,13 @@ def listing(
     include_hidden: bool = False,
     cache_dir: Path | None = None,
     left_out: list[str] | None = None,
+    levels: dict[str, list[str]] | None = None,
 ) -> list[Info]:
     """Every conversation below ``under``; with ``cache_dir`` (``.jpfs/local``), each
     read again only if its files changed since the last listing (:mod:`summaries`).
-    ``left_out`` gets the directories too deep to be listed (:func:`left_out_note`)."""
+    ``left_out`` gets the directories too deep to be listed (:func:`left_out_note`);
+    ``levels`` the child names of each directory walked (:attr:`Summaries.levels`,
+    for :class:`jpfs.core.shortids.Shortener`)."""
     cache = Summaries(cache_dir)
     out = []
     hidden_prefixes: list[str] = []
@@ -196,6 +199,8 @@ def listing(
     cache.save()
     if left_out is not None:
         left_out += cache.left_out
+    if levels is not None:
+        levels.update(cache.levels)
     return out
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jpfs.core import ids, scope, shortids
+from jpfs.core import ids, scope, shortids, tree
 from jpfs.errors import ArgumentError, IdError, JpfsError, NotFoundError, ScopeError
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -80,9 +80,20 @@ def test_every_short_id_reads_back_as_its_conversation(shapes: list[list[str]]) 
         made = build(root, shapes, within)
         whole = shortids.Shortener(root)
         under = shortids.Shortener(root, within)
+        # As a listing shortens: with the levels its walk read (whole, and under a --root
+        # whose ancestors it did not walk), the very same short ids.
+        walked: dict[str, list[str]] = {}
+        tree.listing(root, include_hidden=True, levels=walked)
+        below: dict[str, list[str]] = {}
+        tree.listing(root, within, include_hidden=True, levels=below)
+        assert all((ids.parent(conv_id) or "") in walked for conv_id in made)
+        seeded = shortids.Shortener(root, known=walked)
+        seeded_under = shortids.Shortener(root, within, known=below)
         for conv_id in sorted(made):
             short = whole(conv_id)
             assert short.count("/") == conv_id.count("/")
             assert scope.resolve(root, short) == conv_id, short
+            assert seeded(conv_id) == short
             if ids.is_descendant(conv_id, within):
                 assert scope.resolve(root, under(conv_id), within=within) == conv_id
+                assert seeded_under(conv_id) == under(conv_id)

@@ -84,8 +84,14 @@ def ls(
     ws = state.ws()
     under = subtree(ws, root, root_id)
     left_out: list[str] = []
+    levels: dict[str, list[str]] = {}
     items = tree.listing(
-        ws.conv_root, under, include_hidden=hidden, cache_dir=ws.local_dir, left_out=left_out
+        ws.conv_root,
+        under,
+        include_hidden=hidden,
+        cache_dir=ws.local_dir,
+        left_out=left_out,
+        levels=levels,
     )
     for rel in left_out:
         note(f"jpfs: note: {tree.left_out_note(rel)}")
@@ -93,7 +99,7 @@ def ls(
         out_json([i.to_json() for i in items])
         return
     base = under.count("/") + 1 if under else 0
-    short = shortener(ws, root_id, full_ids)
+    short = shortener(ws, root_id, full_ids, levels)
 
     def name(conv_id: str) -> str:
         if not as_tree:

@@ -93,7 +93,7 @@ def show(
                 if clear:
                     header = (header + "  " if header else "") + "(q: quit)"
                 # Listed again at each frame: a new sibling may lengthen a prefix.
-                short = shortener(ws, root_id, full_ids)
+                short = shortener(ws, root_id, full_ids, view.levels)
                 frame = cut(render(rows, header=header, short=short), width)
                 out(("\x1b[H\x1b[2J" if clear else "") + frame)
             sys.stdout.flush()

@@ -101,6 +101,9 @@ class TreeView:
         self.ws = ws
         self._notes: dict[str, str] = {}  # id -> what its daemon run is doing now
         self.left_out: list[str] = []  # what the last rows() could not list (tree.left_out_note)
+        self.levels: dict[
+            str, list[str]
+        ] = {}  # each directory the last rows() walked -> its children
 
     def load_notes(self) -> None:
         """What the daemon's runs are doing this moment (``daemon.json``): a model turn,
@@ -198,6 +201,7 @@ class TreeView:
             found.append((conv_id, facts))
         cache.save()
         self.left_out = list(cache.left_out)
+        self.levels = cache.levels  # for the ids' short forms (jpfs.core.shortids)
         # Subtree sums take every descendant, hidden ones too: what they spent was spent.
         # NaN marks a sum with an unpriced call in it (the cost is then unknown).
         sums: dict[str, tuple[int, float]] = {}
