@@ -50,7 +50,16 @@ def _event_header(ev: Event) -> str:
 def waiting_mail(conv: Conversation) -> list[tuple[str, str, str]]:
     """Its caller's mail not delivered yet, as (id, from, subject): what its next model
     call (or its next run) delivers; the MAIL column of ``jpfs tree`` counts it."""
-    return [m for m in unread_mail(conv) if ids.is_caller(m[1], conv.id)]
+    return mail_by_kind(conv)[0]
+
+
+def mail_by_kind(
+    conv: Conversation,
+) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """Its unread messages: (its caller's, :func:`waiting_mail`; the others')."""
+    unread = unread_mail(conv)
+    waiting = [m for m in unread if ids.is_caller(m[1], conv.id)]
+    return waiting, [m for m in unread if m not in waiting]
 
 
 def unread_mail(conv: Conversation) -> list[tuple[str, str, str]]:
@@ -114,12 +123,8 @@ def markdown(conv: Conversation, last: int | None = None) -> str:
     if events:
         out += ["## Events", ""]
         out += [render_event(ev) for ev in events]
-    unread = unread_mail(conv)
-    waiting = [m for m in unread if ids.is_caller(m[1], conv.id)]
-    for heading, listed in (
-        ("Mail waiting", waiting),
-        ("Unread mail", [m for m in unread if m not in waiting]),
-    ):
+    waiting, others = mail_by_kind(conv)
+    for heading, listed in (("Mail waiting", waiting), ("Unread mail", others)):
         if listed:
             out += [f"## {heading}", ""]
             out += [f"- {mid} from {sender}: {subject}" for mid, sender, subject in listed]
@@ -134,12 +139,9 @@ def as_json(conv: Conversation, last: int | None = None) -> dict[str, Any]:
     for name in (TASK, QUESTIONS, ANSWERS):
         data[name.removesuffix(".md")] = conv.read(name)
     data["events"] = [ev.to_json() for ev in conv.events(last=last)]
-    unread = unread_mail(conv)
-    for key, caller in (("mail_waiting", True), ("mail_unread", False)):
+    for key, listed in zip(("mail_waiting", "mail_unread"), mail_by_kind(conv), strict=True):
         data[key] = [
-            {"id": mid, "from": sender, "subject": subject}
-            for mid, sender, subject in unread
-            if ids.is_caller(sender, conv.id) is caller
+            {"id": mid, "from": sender, "subject": subject} for mid, sender, subject in listed
         ]
     return data
 
