@@ -247,15 +247,21 @@ def assert_fsck_clean(repo: Path, *flags: str, timeout: float = 60.0) -> str:
     """``git fsck`` passes; its output.
 
     A live daemon may roll packs up while fsck reads them, and fsck then reports a
-    pack whose index it can no longer open (git's own repack does the same to it). A
-    failure is retried only when the set of packs changed during that fsck, so a
-    lasting fault still fails, and only until ``timeout``.
+    pack whose index it can no longer open (git's own repack does the same to it); or
+    commit while fsck runs, and fsck, having listed the objects first, reads a reflog
+    naming a commit it did not list ("invalid reflog entry"). A failure is retried only
+    when the packs or the refs changed during that fsck, so a lasting fault still
+    fails, and only until ``timeout``.
     """
     pack_dir = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     pack_dir = pack_dir / "objects" / "pack"
     deadline = time.monotonic() + timeout
+
+    def state() -> tuple[list[Path], str]:
+        return sorted(pack_dir.glob("*.idx")), git(repo, "for-each-ref")
+
     while True:
-        before = sorted(pack_dir.glob("*.idx"))
+        before = state()
         proc = subprocess.run(
             ["git", "fsck", "--no-progress", *flags],
             cwd=repo,
@@ -265,7 +271,7 @@ def assert_fsck_clean(repo: Path, *flags: str, timeout: float = 60.0) -> str:
         )
         if proc.returncode == 0:
             return proc.stdout + proc.stderr
-        if sorted(pack_dir.glob("*.idx")) == before or time.monotonic() > deadline:
+        if state() == before or time.monotonic() > deadline:
             raise AssertionError(f"git fsck in {repo}: {proc.stdout}{proc.stderr}")
 
 
