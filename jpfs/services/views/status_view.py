@@ -101,9 +101,8 @@ class TreeView:
         self.ws = ws
         self._notes: dict[str, str] = {}  # id -> what its daemon run is doing now
         self.left_out: list[str] = []  # what the last rows() could not list (tree.left_out_note)
-        self.levels: dict[
-            str, list[str]
-        ] = {}  # each directory the last rows() walked -> its children
+        # Each directory the last rows() walked -> its children (for the short ids).
+        self.levels: dict[str, list[str]] = {}
 
     def load_notes(self) -> None:
         """What the daemon's runs are doing this moment (``daemon.json``): a model turn,

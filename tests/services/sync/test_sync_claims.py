@@ -474,9 +474,8 @@ def test_a_runs_end_waits_for_the_runs_that_started_before_it_to_end_too(
     stop = threading.Event()
     ours.release("a")
     woke = time.monotonic()
-    began = time.monotonic()
     cycling.wait_released(ours.book, stop, woke, 0.2)  # "b" still runs: the whole bound
-    assert time.monotonic() - began >= 0.2 - (began - woke)
+    assert time.monotonic() - woke >= 0.2
     ours.release("b")
     assert ours.claim("next")  # a run started after the wake is not waited for
     began = time.monotonic()
