@@ -29,7 +29,7 @@ def blob_id(data: bytes) -> str:
 
 def _open(repo: Path) -> pygit2.Repository:
     try:
-        return refs.repository(repo)
+        return refs.fresh(repo)
     except pygit2.GitError as exc:
         raise GitError(f"{repo} is not a git repository") from exc
 

@@ -7,6 +7,9 @@ merge-base --is-ancestor`` is a 2-3 ms process per question.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -108,11 +111,36 @@ def _entry(handle: pygit2.Repository, commit: str | pygit2.Oid, path: str) -> st
         return None
 
 
+# Handles kept per thread (pygit2 handles are not to be shared between threads) for at
+# most HANDLE_TTL seconds. Opening one costs 70-170 us (config files, the worktree's
+# gitdir and commondir), more than the question asked of it (a ref: 6 us), and a sync
+# cycle asks a dozen. A kept handle still sees what other processes write: libgit2 reads
+# loose refs from disk at each lookup, re-reads packed-refs when its stamp changes and
+# rescans the packs when an object is missing; the bound keeps a replaced repository or
+# a repacked one's old pack files from being held for long.
+HANDLE_TTL = 1.0
+_kept = threading.local()
+
+
 def repository(repo: Path) -> pygit2.Repository:
-    """A pygit2 handle on ``repo`` (its errors are the caller's to translate). A fresh
-    handle per call: cheap, always sees the refs on disk, and pygit2 handles are not to
-    be shared between threads."""
-    return pygit2.Repository(str(repo))
+    """A pygit2 handle on ``repo`` for this thread's immediate use (its errors are the
+    caller's to translate); see HANDLE_TTL. Not to be kept: :func:`fresh` is."""
+    now = time.monotonic()
+    handles: dict[str, tuple[float, pygit2.Repository]] = _kept.__dict__.setdefault("handles", {})
+    key = os.fspath(repo)
+    found = handles.get(key)
+    if found is not None and now - found[0] < HANDLE_TTL:
+        return found[1]
+    handle = fresh(repo)
+    for stale in [k for k, (opened, _) in handles.items() if now - opened >= HANDLE_TTL]:
+        del handles[stale]
+    handles[key] = (now, handle)
+    return handle
+
+
+def fresh(repo: Path) -> pygit2.Repository:
+    """A new pygit2 handle on ``repo``, for an object that keeps one."""
+    return pygit2.Repository(os.fspath(repo))
 
 
 def read_files(repo: Path, rev: str, paths: Iterable[str]) -> dict[str, bytes]:

@@ -1,6 +1,7 @@
 """daemon.json as a running daemon writes it: what ``jpfs daemon status`` and ``jpfs top``
 show of it (its runs, queue, scans, last error, sync), refreshed within 0.25 s of a
-change, else every 2 s.
+change, else every 2 s (the times: a run's elapsed seconds, the sync's seconds since its
+last fetch and push, its timings).
 
 The daemon (:class:`jpfs.services.daemon.service.Daemon`) is seen through
 :class:`Shown`, the parts of it the status reads, so this module imports nothing above
@@ -95,8 +96,26 @@ class StatusWriter:
         }
         if daemon.shared is not None:
             data["sync"] = report.status(daemon.shared.engine)
-        key = repr({**data, "agents": [{**a, "elapsed": 0} for a in agents]})
+        key = repr({**data, "agents": [{**a, "elapsed": 0} for a in agents], **_moving(data)})
         if not force and key == self._last_key and now - self._last_status < 2.0:
             return
         self._last_status, self._last_key = now, key
         process.write_status(daemon.files, {**data, "updated_at": process.iso(now)})
+
+
+def _moving(data: dict[str, Any]) -> dict[str, Any]:
+    """``data``'s parts that move on by themselves, as the change key sees them: the
+    sync's seconds since its last fetch and push and its step timings change at every
+    cycle (4 a second at a 0.25 s ``sync.interval``), and a rewrite for each would cost
+    every shared daemon a file creation a cycle; they are refreshed with the times."""
+    sync = data.get("sync")
+    if sync is None:
+        return {}
+    return {
+        "sync": {
+            **sync,
+            "last_fetch_s": sync["last_fetch_s"] is None,
+            "last_push_s": sync["last_push_s"] is None,
+            "timings": sorted(sync["timings"]),
+        }
+    }
