@@ -25,6 +25,7 @@ SMALLEST = {
         ["--quick", "--conversations", "4", "--turn", "0.2", "--daemons", "1"],
         "4 conversations, model turn 0.2 s",
     ),
+    "bench_refs": (["--rounds", "3"], "A cycle with nothing to do, in process"),
     "bench_query_start": (["--runs", "1"], "jpfs query, scripted zero, daemon running"),
     "bench_daemon": (
         ["--quick", "--tasks", "4", "--burst", "8", "--rounds", "1", "--tree", "100"],
