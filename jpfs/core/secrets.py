@@ -82,6 +82,12 @@ def _compiled() -> dict[str, Any]:
     return {kind: re2.compile(pattern, options) for kind, pattern in PATTERNS.items()}
 
 
+def prepare() -> None:
+    """Compile the patterns now: a daemon does once idle, so that its first run does not
+    pay for it (among four runs starting together, each compiling them as well)."""
+    _compiled()
+
+
 def marker(kind: str) -> str:
     return f"[redacted:{kind}]"
 

@@ -8,6 +8,7 @@ Retries, backoff and aborting an attempt (cancel, deadline) are
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -233,11 +234,17 @@ _retry_after = attempts.retry_after
 
 
 def load_sdk() -> None:
-    """Import the SDK and build the SSL context now, off the path of a run: a daemon
-    does once it is idle, so the first query handed to it does not pay for them."""
+    """Import the SDK and what its first call loads now, off the path of a run: a daemon
+    does once it is idle, so the first query or run handed to it does not pay for them
+    (:func:`jpfs.infra.providers.attempts.warm_transport`)."""
     try:
-        import anthropic  # noqa: F401
+        import anthropic
         import httpx2  # noqa: F401
     except ImportError:
         return  # the first call says so, as a ProviderError
-    attempts.shared_ssl_context()
+    attempts.warm_transport(anthropic.DefaultHttpxClient)
+    # The SDK imports OpenTelemetry's propagator at its first request (20-60 ms); a
+    # propagator named by OTEL_PROPAGATORS that is not installed makes the import fail,
+    # which the SDK reports itself at that request.
+    with contextlib.suppress(Exception):  # the SDK's to report, at its first call
+        import opentelemetry.propagate  # noqa: F401

@@ -143,14 +143,18 @@ class OpenAIProvider:
 
 
 def load_sdk() -> None:
-    """Import the SDK and build the SSL context now, off the path of a run (as
+    """Import the SDK and what its first call loads now, off the path of a run (as
     :func:`jpfs.infra.providers.anthropic.load_sdk`)."""
     try:
         import httpx2  # noqa: F401
-        import openai  # noqa: F401
+        import openai
     except ImportError:
         return  # the first call says so, as a ProviderError
-    attempts.shared_ssl_context()
+    # The client loads its resources at their first use: the one a call uses, too.
+    attempts.warm_transport(
+        openai.DefaultHttpxClient,
+        lambda http: openai.OpenAI(api_key="unused", http_client=http).chat.completions,
+    )
 
 
 def _classify(exc: BaseException) -> attempts.Failure:

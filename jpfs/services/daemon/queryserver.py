@@ -25,6 +25,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from jpfs.core import conversation, secrets
 from jpfs.core.workspace import Workspace
 from jpfs.errors import Cancelled, JpfsError, RepositoryFault
 from jpfs.services.run import handoff, query
@@ -200,6 +201,7 @@ class QueryServer:
         stopping: threading.Event,
         on_error: Callable[[str], None],
         idle: Callable[[], bool] = lambda: True,
+        after_warm: Callable[[], None] = lambda: None,
     ) -> None:
         self.ws = ws
         self.cfg = list(cfg)
@@ -208,6 +210,7 @@ class QueryServer:
         self.stopping = stopping
         self.on_error = on_error
         self.idle = idle  # the daemon has caught up: time to load the model's SDK
+        self.after_warm = after_warm  # the daemon process's: process.settle_heap
         self.path = ws.ensure_local() / handoff.SOCKET
         self._listener: socket.socket | None = None
         self._threads: set[threading.Thread] = set()
@@ -233,12 +236,19 @@ class QueryServer:
 
     def _warm(self) -> None:
         """Import the SDKs of the providers this workspace's runs use once the daemon is
-        idle (not while it catches up, which it would slow down), so that no handed-over
-        query waits for an import. Not anthropic's without an API key: no anthropic run
-        can start here then."""
+        idle (not while it catches up, which it would slow down), and what their first
+        call loads, so that no handed-over query or first run waits for an import. Not
+        anthropic's without an API key: no anthropic run can start here then. Then
+        ``after_warm`` (the daemon process settles its heap)."""
         while not self.idle():
             if self.stopping.wait(0.2):
                 return
+        # What every run loads on its way to its first model call, too: the secret
+        # patterns its brief is redacted with, and what its adoption writes
+        # conversation.toml with (runs starting together would each wait for them).
+        secrets.prepare()
+        conversation.prepare_writes()
+
         from jpfs.infra import providers
 
         loaded = []
@@ -247,6 +257,7 @@ class QueryServer:
                 continue
             if providers.load_sdk(kind):
                 loaded.append(kind)
+        self.after_warm()
         if loaded:
             log.info("SDKs loaded for handed-over queries: %s", ", ".join(sorted(loaded)))
 

@@ -63,8 +63,18 @@ FAULT_RETRY_MAX = 60.0
 
 
 class Daemon:
-    def __init__(self, ws: Workspace, cfg: Sequence[str] = (), app: App | None = None) -> None:
+    def __init__(
+        self,
+        ws: Workspace,
+        cfg: Sequence[str] = (),
+        app: App | None = None,
+        *,
+        own_process: bool = False,
+    ) -> None:
+        """``own_process``: the process is this daemon's alone (``jpfs daemon run``), so
+        it may settle the process's heap once warm (:func:`process.settle_heap`)."""
         self.ws = ws
+        self.own_process = own_process
         # Its runs' background starts (a jp_query's fork, mail) queue in its pool.
         self.app = dataclasses.replace(app or App(), starter=self.start_in_pool)
         self.cfg = tuple(cfg)  # the --cfg layers it was started with, kept on a reload
@@ -154,8 +164,12 @@ class Daemon:
         self.queries = queryserver.QueryServer(
             self.ws, cfg=self.cfg, runner=self.runner, stopping=self.stop,
             on_error=self.errors.record, idle=lambda: not self.catching_up,
+            after_warm=self.settle if self.own_process else lambda: None,
         )  # fmt: skip
         self.queries.start()
+
+    def settle(self) -> None:
+        log.info("heap settled: %d objects out of the collector's sight", process.settle_heap())
 
     def mark_watching(self) -> int:
         """The file-system time from which every write is seen as an edit (by the watch,
@@ -387,7 +401,7 @@ def serve(app: App, ws: Workspace, *, stderr: bool, cfg: Sequence[str] = ()) -> 
     ``app`` (built by the daemon process's entry point: the tools)."""
     process.limit_malloc_arenas()  # before the daemon's threads start
     process.setup_logging(ws, stderr=stderr)
-    daemon = Daemon(ws, cfg, app)
+    daemon = Daemon(ws, cfg, app, own_process=True)
     signals = process.Signals(daemon.stop, daemon.force, daemon.reconciler.request_scan)
     signals.install()
     try:

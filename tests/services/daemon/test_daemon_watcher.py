@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections.abc import Callable
@@ -159,6 +160,8 @@ def test_the_daemon_in_process_serves_and_stops_without_leaking_threads(ws: Path
         assert not thread.is_alive()
     assert roles(ws / "conversations" / "x") == []
     assert not (ws / ".jpfs/local/daemon.pid").exists()
+    # Only a daemon's own process settles its heap (gc.freeze), never one it shares.
+    assert gc.get_freeze_count() == 0
 
 
 def test_files_written_after_ready_before_the_watch_is_up_are_edits_not_recoveries(

@@ -127,6 +127,10 @@ def test_a_query_is_run_by_the_daemon_streamed_and_the_client_loads_no_sdk(
     # shipped openai examples are off).
     wait_until(lambda: "SDKs loaded" in daemon_log(daemon), message="the SDK warm-up")
     assert "SDKs loaded for handed-over queries: anthropic\n" in daemon_log(daemon)
+    # Warm, the daemon's process took what it had loaded out of the garbage collector's
+    # sight (each full collection walked it all with every thread stopped).
+    settled = re.search(r"heap settled: (\d+) objects", daemon_log(daemon))
+    assert settled and int(settled.group(1)) > 50_000, daemon_log(daemon)[-2000:]
 
 
 def _history(ws: Path, conv: str) -> list[str]:
