@@ -138,6 +138,12 @@ def repository(repo: Path) -> pygit2.Repository:
     return handle
 
 
+def forget() -> None:
+    """Drop this thread's kept handles, for a thread that goes idle: a handle holds the
+    pack files it read open (deleted ones too, after a repack) until it goes."""
+    _kept.__dict__.pop("handles", None)
+
+
 def fresh(repo: Path) -> pygit2.Repository:
     """A new pygit2 handle on ``repo``, for an object that keeps one."""
     return pygit2.Repository(os.fspath(repo))

@@ -36,6 +36,7 @@ from jpfs.errors import (
     LockError,
     RepositoryFault,
 )
+from jpfs.infra.git import refs
 from jpfs.infra.providers.base import Provider
 from jpfs.services.daemon import actions, configwatch, process, queryserver, recovery
 from jpfs.services.daemon.actions import Need, RunWatch
@@ -340,6 +341,9 @@ class Daemon:
                     self.errors.clear_of(conv.id)
         except LockError:
             log.debug("%s: taken by another run; looking again when it is free", conv.id)
+        finally:
+            # The worker may idle for long: a kept handle holds the pack files it read.
+            refs.forget()
 
     def fail(self, conv: Conversation, message: str) -> None:
         self.stats.failures += 1

@@ -46,15 +46,18 @@ def kept_long(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(refs, "HANDLE_TTL", 3600.0)
 
 
-def test_a_thread_keeps_its_handle_within_the_ttl_and_not_after(
+def test_a_thread_keeps_its_handle_within_the_ttl_until_it_forgets_them(
     pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ours, _ = pair
     monkeypatch.setattr(refs, "HANDLE_TTL", 3600.0)
     first = refs.repository(ours)
     assert refs.repository(ours) is first
+    refs.forget()  # a thread going idle drops them
+    second = refs.repository(ours)
+    assert second is not first and refs.repository(ours) is second
     monkeypatch.setattr(refs, "HANDLE_TTL", 0.0)
-    assert refs.repository(ours) is not first
+    assert refs.repository(ours) is not second
 
 
 def test_threads_do_not_share_handles(pair: tuple[Path, Path], kept_long: None) -> None:
