@@ -64,9 +64,8 @@ def is_held(path: Path) -> bool:
     """Whether some process holds the flock on ``path``, asked without taking it.
 
     Taking the lock to test it would make a real contender see "busy" for that moment,
-    so Linux's lock table (``/proc/locks``) is read instead; only where it cannot be read,
-    or cannot say no for sure (:func:`_in_lock_table`), does this fall back to a
-    non-blocking probe.
+    so Linux's lock table (``/proc/locks``) is read instead (:func:`_in_lock_table`);
+    only where it cannot be read does this fall back to a non-blocking probe.
     """
     try:
         st = os.stat(path)
@@ -76,15 +75,39 @@ def is_held(path: Path) -> bool:
     return held if held is not None else _probe(path)
 
 
+# How many times a lock table read in several pieces is read before "not held" is
+# believed (see _in_lock_table).
+_TABLE_READS = 5
+
+
 def _in_lock_table(st: os.stat_result) -> bool | None:
     """Whether ``/proc/locks`` lists a flock on the file of ``st``; None when it cannot
-    say. Found is found; not found is only sure of a table read in one piece: the kernel
-    hands it out a page per read and starts each read again by position, so locks taken
-    and released between two reads can make it skip an entry (3% of the answers for a
-    held lock, with an 18 KB table and another process's locks coming and going; a
-    suite's daemons and git processes make such a table)."""
+    be read. Found is found; not found is sure of a table read in one piece only: the
+    kernel hands the table out a page per read and starts each read again by position,
+    so locks taken and released between two reads can make it skip an entry (3.6% of
+    the answers for a held lock, with an 18 KB table and another process's locks coming
+    and going; a busy daemon's runs make such a table). Such a table is read again, up
+    to :data:`_TABLE_READS` times in all: probing the lock instead would, for that
+    moment, make a run starting on it fail to take it."""
     # Lines read "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters add "->".
     key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for _ in range(_TABLE_READS):
+        pieces = _read_lock_table()
+        if pieces is None:
+            return None
+        for line in b"".join(pieces).decode("ascii", errors="replace").splitlines():
+            fields = line.split()
+            if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+                continue
+            if fields[5] == key:
+                return True
+        if len(pieces) <= 1:
+            return False
+    return False
+
+
+def _read_lock_table() -> list[bytes] | None:
+    """``/proc/locks`` as the reads returned it (None: it cannot be read)."""
     try:
         fd = os.open("/proc/locks", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -93,17 +116,11 @@ def _in_lock_table(st: os.stat_result) -> bool | None:
         pieces = []
         while piece := os.read(fd, 1 << 16):
             pieces.append(piece)
+        return pieces
     except OSError:
         return None
     finally:
         os.close(fd)
-    for line in b"".join(pieces).decode("ascii", errors="replace").splitlines():
-        fields = line.split()
-        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
-            continue
-        if fields[5] == key:
-            return True
-    return False if len(pieces) <= 1 else None
 
 
 def _probe(path: Path) -> bool:

@@ -57,9 +57,11 @@ def mail_by_kind(
     conv: Conversation,
 ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """Its unread messages: (its caller's, :func:`waiting_mail`; the others')."""
-    unread = unread_mail(conv)
-    waiting = [m for m in unread if ids.is_caller(m[1], conv.id)]
-    return waiting, [m for m in unread if m not in waiting]
+    waiting: list[tuple[str, str, str]] = []
+    others: list[tuple[str, str, str]] = []
+    for message in unread_mail(conv):
+        (waiting if ids.is_caller(message[1], conv.id) else others).append(message)
+    return waiting, others
 
 
 def unread_mail(conv: Conversation) -> list[tuple[str, str, str]]:
