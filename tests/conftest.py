@@ -253,12 +253,19 @@ def assert_fsck_clean(repo: Path, *flags: str, timeout: float = 60.0) -> str:
     when the packs or the refs changed during that fsck, so a lasting fault still
     fails, and only until ``timeout``.
     """
-    pack_dir = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    pack_dir = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
     pack_dir = pack_dir / "objects" / "pack"
     deadline = time.monotonic() + timeout
 
-    def state() -> tuple[list[Path], str]:
-        return sorted(pack_dir.glob("*.idx")), git(repo, "for-each-ref")
+    def state() -> tuple[list[tuple[str, int, int]], str]:
+        # Every file of the pack directory, by name, inode and size: a roll-up removes a
+        # pack's .pack before its .idx (git's order), and writes new ones beside them.
+        files = []
+        for entry in os.scandir(pack_dir):
+            with contextlib.suppress(FileNotFoundError):
+                stat = entry.stat()
+                files.append((entry.name, stat.st_ino, stat.st_size))
+        return sorted(files), git(repo, "for-each-ref")
 
     while True:
         before = state()
