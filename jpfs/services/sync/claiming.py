@@ -43,6 +43,8 @@ log = logging.getLogger("jpfs.services.sync")
 FRESH_MAX = 30.0
 # Waits before trying a merge again when the record worktree is busy (a claim).
 _BUSY_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)
+# Lost claims remembered before those older than the last fetch are dropped.
+_LOST_KEPT = 256
 
 
 class Engine(Protocol):
@@ -88,6 +90,10 @@ class Claimer:
         # How old a view of an absent lease may be: shorter than any machine's tombstones
         # live (leases.TOMBSTONE_MIN_AGE), whatever each one's sync.lease.
         self.fresh = min(self.book.duration / 2, FRESH_MAX)
+        # Leases whose claim lost since the last fetch (ref -> when): another machine
+        # holds them though our view says free; neither claimed again nor picked first
+        # until a fetch shows them (a second push could only lose too).
+        self._lost: dict[str, float] = {}
 
     def _push(self, updates: Sequence[Update]) -> gitremote.PushResult:
         """One push of the claims made together (each won or lost alone)."""
@@ -102,7 +108,7 @@ class Claimer:
         ref = lease_ref(conv_id)
         view = engine.observed_at  # the fetch the book's view comes from
         seen = book.seen(ref)
-        if not book.free(seen):
+        if not book.free(seen) or self.lost_since_view(ref):
             engine.stats.claims_lost += 1
             return False
         oid, seq = book.make(conv_id)
@@ -117,6 +123,9 @@ class Claimer:
                 if engine.observed_at == view:
                     engine.fetch()
                 return self.claim(conv_id, looked=True)
+            if len(self._lost) > _LOST_KEPT:  # those a fetch has shown since
+                self._lost = {r: t for r, t in self._lost.items() if t > engine.observed_at}
+            self._lost[ref] = time.monotonic()
             return False
         if seen is not None and seen.released is None:
             engine.stats.takeovers += 1
@@ -151,6 +160,17 @@ class Claimer:
             engine.refusal[conv_id] = f"its files could not be brought up to date: {outcome.reason}"
             return False
         return True
+
+    def lost_since_view(self, ref: str) -> bool:
+        """Whether a claim of ``ref`` lost after the fetch our view of the leases comes
+        from began (forgotten once a fetch began after it)."""
+        lost = self._lost.get(ref)
+        if lost is None:
+            return False
+        if lost > self.engine.observed_at:
+            return True
+        self._lost.pop(ref, None)
+        return False
 
     def current(self, conv_id: str, claimed: float, seen: Observed | None) -> bool:
         """Whether this clone's record holds every change the remote has under
@@ -216,7 +236,7 @@ class Claimer:
         """Where this machine stands among those that would pick ``conv_id`` (0: first):
         its place in the rendezvous hash of the conversation among the machines holding
         leases now or releasing one lately (and this one)."""
-        return self.pick(conv_id)[0]
+        return self._place(conv_id)[0]
 
     def pick(self, conv_id: str) -> tuple[int, int]:
         """The order in which this machine starts queued conversations, lowest first:
@@ -224,7 +244,17 @@ class Claimer:
         same queue start on different conversations, and two that ran out of their own
         never reach for the same one); then, among those another machine picks first,
         the one that machine will reach last (each queues new work in the order of its
-        own hash, :meth:`order`), so that taking it seldom races the owner."""
+        own hash, :meth:`order`), so that taking it seldom races the owner. A
+        conversation whose lease another machine holds, as last seen or as a claim of
+        ours lost since, comes after all of them: its claim could only lose (or wait
+        for the lease to lapse)."""
+        ref = lease_ref(conv_id)
+        held = not self.book.free(self.book.seen(ref)) and self.book.get(conv_id) is None
+        if held or self.lost_since_view(ref):
+            return (len(self.engine.stats.working) + 2, 0)
+        return self._place(conv_id)
+
+    def _place(self, conv_id: str) -> tuple[int, int]:
         scores = [_rank(machine, conv_id) for machine in self.engine.stats.working]
         mine = self.order(conv_id)
         place = sum(1 for score in scores if score > mine)
