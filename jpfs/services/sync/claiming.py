@@ -91,8 +91,8 @@ class Claimer:
         # live (leases.TOMBSTONE_MIN_AGE), whatever each one's sync.lease.
         self.fresh = min(self.book.duration / 2, FRESH_MAX)
         # Leases whose claim lost since the last fetch (ref -> when): another machine
-        # holds them though our view says free; neither claimed again nor picked first
-        # until a fetch shows them (a second push could only lose too).
+        # holds them though our view says free; not claimed again until a fetch shows
+        # them (a second push could only lose too).
         self._lost: dict[str, float] = {}
 
     def _push(self, updates: Sequence[Update]) -> gitremote.PushResult:
@@ -236,7 +236,7 @@ class Claimer:
         """Where this machine stands among those that would pick ``conv_id`` (0: first):
         its place in the rendezvous hash of the conversation among the machines holding
         leases now or releasing one lately (and this one)."""
-        return self._place(conv_id)[0]
+        return self.pick(conv_id)[0]
 
     def pick(self, conv_id: str) -> tuple[int, int]:
         """The order in which this machine starts queued conversations, lowest first:
@@ -244,17 +244,7 @@ class Claimer:
         same queue start on different conversations, and two that ran out of their own
         never reach for the same one); then, among those another machine picks first,
         the one that machine will reach last (each queues new work in the order of its
-        own hash, :meth:`order`), so that taking it seldom races the owner. A
-        conversation whose lease another machine holds, as last seen or as a claim of
-        ours lost since, comes after all of them: its claim could only lose (or wait
-        for the lease to lapse)."""
-        ref = lease_ref(conv_id)
-        held = not self.book.free(self.book.seen(ref)) and self.book.get(conv_id) is None
-        if held or self.lost_since_view(ref):
-            return (len(self.engine.stats.working) + 2, 0)
-        return self._place(conv_id)
-
-    def _place(self, conv_id: str) -> tuple[int, int]:
+        own hash, :meth:`order`), so that taking it seldom races the owner."""
         scores = [_rank(machine, conv_id) for machine in self.engine.stats.working]
         mine = self.order(conv_id)
         place = sum(1 for score in scores if score > mine)

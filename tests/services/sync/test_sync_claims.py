@@ -128,9 +128,9 @@ def test_a_claim_does_not_wait_for_news_of_other_conversations(
 def test_a_claim_lost_to_a_peer_is_not_pushed_again_until_a_fetch_shows_the_lease(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    """Machines meet at the end of a queue: a worker that lost a claim tried the same
-    conversation again, or another the peer had just taken, each a push that could only
-    lose (five in a row on one worker at the end of a bench run)."""
+    """A conversation whose claim lost is looked at again an interval later (and at
+    once if a merge touches it): with no fetch since, its claim was pushed again and
+    could only lose again (seen at the end of a bench run, where the machines meet)."""
     _remote, _peer, ours, theirs = two_clones(ws, tmp_path, cli)
     ours.fetch()  # our view: nobody holds "job"
     assert theirs.claim("job")
@@ -139,22 +139,19 @@ def test_a_claim_lost_to_a_peer_is_not_pushed_again_until_a_fetch_shows_the_leas
     def pushes() -> int:
         return int(ours.timings.snapshot()["claim-push"]["count"])
 
-    lost_once = pushes()
-    assert lost_once == 1
-    # Picked after everything free, and not claimed again: no push.
-    assert ours.claimer.pick("job") > ours.claimer.pick("other") == (0, 0)
-    assert ours.claim("job") is False
-    assert pushes() == lost_once and ours.stats.claims_lost == 2
+    assert pushes() == 1
+    assert ours.claim("job") is False  # remembered: no push
+    assert pushes() == 1 and ours.stats.claims_lost == 2
+    assert ours.claim("other")  # the others are claimed as ever
+    assert pushes() == 2
     # A fetch shows their lease: still not free, still no push.
     ours.fetch()
-    assert ours.claim("job") is False and pushes() == lost_once
-    assert ours.claimer.pick("job") > ours.claimer.pick("other")
+    assert ours.claim("job") is False and pushes() == 2
     # Released with its work: ours to take, as any free lease.
     theirs.release("job")
     theirs.sync_once()
     ours.fetch()
-    assert ours.claimer.pick("job")[0] == ours.claimer.rank("job") < 2  # ranked as any
-    assert ours.claim("job") and pushes() == lost_once + 1
+    assert ours.claim("job") and pushes() == 3
 
 
 # -- claims pushed together ---------------------------------------------------------------------
