@@ -56,54 +56,64 @@ def conversation_lock(
         os.close(fd)
 
 
-def is_locked(local_dir: Path, conv_id: str) -> bool:
-    return is_held(lock_path(local_dir, conv_id))
+def is_locked(local_dir: Path, conv_id: str, table: LockTable | None = None) -> bool:
+    """Whether a run holds ``conv_id``'s lock; ``table``: one look at the lock table
+    shared by many questions (:func:`lock_table`), else a look of its own."""
+    return (table or lock_table()).holds(lock_path(local_dir, conv_id))
 
 
 def is_held(path: Path) -> bool:
     """Whether some process holds the flock on ``path``, asked without taking it.
 
     Taking the lock to test it would make a real contender see "busy" for that moment,
-    so Linux's lock table (``/proc/locks``) is read instead (:func:`_in_lock_table`);
-    only where it cannot be read does this fall back to a non-blocking probe.
+    so Linux's lock table (``/proc/locks``) is read instead (:func:`lock_table`); only
+    where it cannot be read does this fall back to a non-blocking probe.
     """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = _in_lock_table(st)
-    return held if held is not None else _probe(path)
+    return lock_table().holds(path)
 
 
-# How many times a lock table read in several pieces is read before "not held" is
-# believed (see _in_lock_table).
+# How many times a lock table read in several pieces is read (see lock_table).
 _TABLE_READS = 5
 
 
-def _in_lock_table(st: os.stat_result) -> bool | None:
-    """Whether ``/proc/locks`` lists a flock on the file of ``st``; None when it cannot
-    be read. Found is found; not found is sure of a table read in one piece only: the
-    kernel hands the table out a page per read and starts each read again by position,
-    so locks taken and released between two reads can make it skip an entry (3.6% of
-    the answers for a held lock, with an 18 KB table and another process's locks coming
-    and going; a busy daemon's runs make such a table). Such a table is read again, up
-    to :data:`_TABLE_READS` times in all: probing the lock instead would, for that
-    moment, make a run starting on it fail to take it."""
-    # Lines read "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters add "->".
-    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+class LockTable:
+    """The flocks held, as one look at ``/proc/locks`` saw them (:func:`lock_table`):
+    a view that asks of many files (``jpfs tree``, of every row) reads the table once."""
+
+    def __init__(self, keys: frozenset[str] | None) -> None:
+        self.keys = keys  # "dev:ino" of each file flocked; None: the table is unreadable
+
+    def holds(self, path: Path) -> bool:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return False
+        if self.keys is None:
+            return _probe(path)
+        return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}" in self.keys
+
+
+def lock_table() -> LockTable:
+    """One look at the flocks held. A table read in one piece is taken as it is; one
+    read in several is read :data:`_TABLE_READS` times and what any read listed counts:
+    the kernel hands the table out a page per read and starts each read again by
+    position, so locks taken and released between two reads can make it skip an entry
+    (3.6% of the answers for a held lock, with an 18 KB table and another process's
+    locks coming and going; a busy daemon's runs make such a table). Probing a lock
+    instead would, for that moment, make a run starting on it fail to take it."""
+    keys: set[str] = set()
     for _ in range(_TABLE_READS):
         pieces = _read_lock_table()
         if pieces is None:
-            return None
+            return LockTable(None)
+        # Lines read "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters add "->".
         for line in b"".join(pieces).decode("ascii", errors="replace").splitlines():
             fields = line.split()
-            if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
-                continue
-            if fields[5] == key:
-                return True
+            if "->" not in fields and len(fields) >= 6 and fields[1] == "FLOCK":
+                keys.add(fields[5])
         if len(pieces) <= 1:
-            return False
-    return False
+            break
+    return LockTable(frozenset(keys))
 
 
 def _read_lock_table() -> list[bytes] | None:

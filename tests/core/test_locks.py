@@ -65,3 +65,15 @@ def test_a_free_lock_is_seen_free_in_a_table_of_many_pages(crowded: Path) -> Non
     free.touch()
     assert not any(locks.is_held(free) for _ in range(200))
     assert not locks.is_held(crowded / "absent.lock")
+
+
+def test_one_look_at_the_table_answers_for_many_files(crowded: Path) -> None:
+    """``jpfs tree`` asks of every row: one look (one table, read up to five times when
+    it comes in pieces) answers all of them, held and free alike."""
+    free = crowded / "free.lock"
+    free.touch()
+    table = locks.lock_table()
+    assert table.keys is not None and len(table.keys) >= 301
+    assert table.holds(crowded / "daemon.lock")
+    assert all(table.holds(crowded / f"held-{n}") for n in range(300))
+    assert not table.holds(free) and not table.holds(crowded / "absent.lock")

@@ -321,10 +321,10 @@ def settle_heap() -> int:
     (``gc.freeze``); how many. Done once the daemon has loaded the SDKs: with jpfs's,
     the modules are some 170,000 objects that live as long as the process, and each
     full collection walked them all with every thread stopped: 30-160 ms, three or four
-    times in a run of 36 turns, wherever a turn was. Collections now walk only what came after. The
-    cost: cyclic garbage among the objects alive now is never collected (acyclic objects
-    are still freed when their last reference goes); in-process daemons (tests) do not
-    settle the heap of the process they share."""
+    times in a run of 36 turns, wherever a turn was. Collections now walk only what came
+    after. The cost: cyclic garbage among the objects alive now is never collected
+    (acyclic objects are still freed when their last reference goes); in-process daemons
+    (tests) do not settle the heap of the process they share."""
     gc.freeze()
     return gc.get_freeze_count()
 

@@ -97,8 +97,10 @@ def _forks(ws: Workspace) -> Iterator[tuple[Fork, str]]:
 
 
 def _in_use(ws: Workspace, conv_id: str) -> bool:
+    table = locks.lock_table()
     return any(
-        locks.is_locked(ws.local_dir, c) for c in [conv_id, *tree.walk(ws.conv_root, conv_id)]
+        locks.is_locked(ws.local_dir, c, table)
+        for c in [conv_id, *tree.walk(ws.conv_root, conv_id)]
     )
 
 

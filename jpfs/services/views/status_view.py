@@ -103,6 +103,8 @@ class TreeView:
         self.left_out: list[str] = []  # what the last rows() could not list (tree.left_out_note)
         # Each directory the last rows() walked -> its children (for the short ids).
         self.levels: dict[str, list[str]] = {}
+        # The run locks held, one look per rows() (not one per row).
+        self._locks: locks.LockTable | None = None
 
     def load_notes(self) -> None:
         """What the daemon's runs are doing this moment (``daemon.json``): a model turn,
@@ -149,7 +151,7 @@ class TreeView:
     ) -> Row:
         now = time.time()
         last = str(facts["last"])
-        if locks.is_locked(self.ws.local_dir, conv_id):
+        if locks.is_locked(self.ws.local_dir, conv_id, self._locks):
             shown = "running"
             elapsed = now - _mtime(locks.lock_path(self.ws.local_dir, conv_id))
             last = _last_line(self._notes.get(conv_id, "")) or last
@@ -191,6 +193,7 @@ class TreeView:
     def rows(self, under: str | None = None, *, include_hidden: bool = False) -> list[Row]:
         base = ids.depth(under) if under else 0
         self.load_notes()
+        self._locks = locks.lock_table()
         cache = Summaries(self.ws.local_dir, FILE)
         found: list[tuple[str, dict[str, Any]]] = []
         for conv_id, sig, facts in cache.walk(self.ws.conv_root, under):
