@@ -26,6 +26,8 @@ in :mod:`jpfs.infra.git.runner`).
     │   └── BudgetError       a subtree's token or dollar budget, or a run's time, is spent
     ├── GitError              a git operation failed (conflict, CAS exhausted, ...)
     │   ├── MergeConflict     merge would conflict; carries the paths
+    │   ├── Contended         the record's push lost to other machines' every try: no
+    │   │                     fault (a daemon tries again at its next cycle, quietly)
     │   └── RepositoryFault   the repository cannot be read or written now (read-only,
     │                         full disk, corrupt object): not the conversation's fault
     ├── ProviderError         the model provider failed after retries
@@ -122,6 +124,11 @@ class MergeConflict(GitError):
     def __init__(self, message: str, paths: Sequence[str]) -> None:
         super().__init__(message)
         self.paths = list(paths)
+
+
+class Contended(GitError):
+    """Other machines pushed the record first at every try (each a compare-and-swap):
+    nothing is wrong, and nothing for anyone to fix; the next sync tries again."""
 
 
 class RepositoryFault(GitError):

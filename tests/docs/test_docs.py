@@ -1811,7 +1811,7 @@ DOCS: list[Entry] = [
     Entry("protocol/agents.md", "4a6e6da2", "[[tools.command]]", command_tool),
     Entry("protocol/branches.md", "36a002c0", "*   jpfs(a): merge", branches_graph),
     Entry("protocol/branches.md", "c82a0afa", "jpfs(a): merged into main", branches_record),
-    Entry("protocol/daemon.md", "cdd73cdd", '{"running": true', daemon_status_json),
+    Entry("protocol/daemon.md", "3848f357", '{"running": true', daemon_status_json),
     Entry("protocol/daemon.md", "f4b13633", "# jpfs: editors'", record_gitignore),
     Entry("protocol/layout.md", "d812b30b", "<repo>/", layout_workspace),
     Entry("protocol/layout.md", "45d0541d", "conversations/<id>/", layout_files),

@@ -79,12 +79,44 @@ class PushResult:
         status = self.refs.get(ref)
         return self.ok if status is None else status[0] != "!"
 
+    def refusal(self, ref: str | None = None) -> str:
+        """Why the remote refused ``ref`` (default: any ref of the push), when not
+        because a ref had moved since the value expected (a race lost, which a fetch and
+        another try answer): git's reason, with what the remote said ("" otherwise).
+        A hook or a branch protection refuses every try alike."""
+        rejected = self.rejected()
+        for name, summary in rejected.items() if ref is None else [(ref, rejected.get(ref, ""))]:
+            if summary and not any(words in summary for words in _RACE_LOST):
+                said = [
+                    line.removeprefix("remote:").strip()
+                    for line in self.message.splitlines()
+                    if line.startswith("remote:") and line.removeprefix("remote:").strip()
+                ]
+                return f"{name}: {summary}" + (f" ({'; '.join(said)})" if said else "")
+        return ""
+
     def rejected(self) -> dict[str, str]:
         """Refs the push did not update, with git's reason. With ``--atomic`` every ref
         of a failed push is listed, the innocent ones as "atomic push failed" (checked
         here) or "atomic transaction failed" (checked on the remote): ask the remote
         which values it holds rather than guess from these."""
         return {ref: summary for ref, (flag, summary) in self.refs.items() if flag == "!"}
+
+
+# What git says of a ref refused because it moved since the value the push expected, or
+# of the refs an atomic push dropped with it: on the client ("stale info", "fetch
+# first"), on the remote when a peer's update landed in between.
+_RACE_LOST = (
+    "stale info",
+    "fetch first",
+    "non-fast-forward",
+    "atomic push fail",
+    "atomic transaction fail",
+    "failed to update ref",
+    "failed to lock",
+    "cannot lock ref",
+    "incorrect old value",
+)
 
 
 def _env(via: Sequence[str] = ()) -> dict[str, str]:

@@ -6,6 +6,16 @@ children does not starve a human's single new task. A conversation is queued at 
 once; one that is running is not queued again: when a run ends, the ``done``
 callback looks at the conversation again and decides, from the files, whether it
 needs another run.
+
+With peers sharing the record, a run starts with a claim, a round trip to the remote
+on the path of every turn. So beside its ``size`` run slots the pool may take up to
+``ahead`` conversations *ahead*: a worker beyond the slots pops one, claims it while
+the runs go on, and waits (phase ``"ready"``) for the next slot; a run ending hands its
+slot over at once. Only while ``plenty(queued)`` says so (the shared record's estimate:
+twice the work all machines' workers could start), and once the runs taken in a slot
+have started: near the end of the work, a conversation claimed ahead would wait here
+for a slot while another machine sat idle (protocol/sync.md, "While there is plenty of
+work, the next claims are made ahead").
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -41,6 +51,10 @@ class FairQueue:
 
     def __contains__(self, conv_id: object) -> bool:
         return conv_id in self._members
+
+    def __iter__(self) -> Iterator[str]:
+        """The queued ids, in no particular order."""
+        return iter(self._members)
 
     def push(self, conv_id: str) -> bool:
         if conv_id in self._members:
@@ -90,8 +104,11 @@ class Job:
     # Filled by the run function for the status view.
     info: dict[str, object] = field(default_factory=dict)
     # Set by the run function: "starting" (taken from the queue: claimed, adopted),
-    # "running" (a run under way), "ended" (its worker about to take the next).
-    phase: Literal["starting", "running", "ended"] = "starting"
+    # "running" (a run under way), "ended" (its worker about to take the next); by the
+    # pool: "ahead" (taken beyond the run slots: being claimed), "ready" (claimed ahead,
+    # waiting for a slot, Pool.wait_turn).
+    phase: Literal["starting", "running", "ended", "ahead", "ready"] = "starting"
+    slot: bool = False  # holds one of the pool's ``size`` run slots
 
 
 RunFn = Callable[[Job], None]
@@ -109,11 +126,15 @@ class Pool:
         self._running: dict[str, Job] = {}
         self._cv = threading.Condition()
         self._closing = False
-        self._workers = 0  # live worker threads; above ``size`` they retire when idle
+        self._workers = 0  # live worker threads; above size + ahead they retire when idle
         self._threads: list[threading.Thread] = []
+        self._slotted = 0  # jobs holding a run slot
+        self._ahead = 0  # jobs taken ahead, not holding one yet
         # With peers sharing the record: how late this machine should start each queued
         # conversation (0: first; see Claimer.rank), so that claims seldom collide.
         self.rank: Callable[[str], tuple[int, int]] | None = None
+        self.ahead = 0  # how many may be taken ahead of a slot (see the module)
+        self.plenty: Callable[[FairQueue], bool] = lambda queued: False
         with self._cv:
             self._add_workers(self.size)
 
@@ -126,13 +147,16 @@ class Pool:
             self._workers += 1
             t.start()
 
-    def resize(self, size: int) -> None:
-        """Run at most ``size`` at once from now on: more workers start at once; surplus
-        ones retire when their run ends (a run in flight is never interrupted)."""
+    def resize(self, size: int, ahead: int | None = None) -> None:
+        """Run at most ``size`` at once from now on (and take up to ``ahead`` more ahead,
+        when given): more workers start at once; surplus ones retire when their run ends
+        (a run in flight is never interrupted)."""
         with self._cv:
             self.size = max(1, size)
-            if not self._closing and self._workers < self.size:
-                self._add_workers(self.size - self._workers)
+            self.ahead = self.ahead if ahead is None else max(0, ahead)
+            wanted = self.size + self.ahead
+            if not self._closing and self._workers < wanted:
+                self._add_workers(wanted - self._workers)
             self._cv.notify_all()
 
     # -- the reconciler's side -------------------------------------------------------
@@ -157,8 +181,22 @@ class Pool:
             return conv_id in self._running or conv_id in self._queue
 
     def snapshot(self) -> tuple[list[Job], int]:
+        """The jobs taken (running, starting, or taken ahead), and how many are queued."""
         with self._cv:
             return list(self._running.values()), len(self._queue)
+
+    def cancel(self, conv_id: str) -> None:
+        """Stop the run of ``conv_id`` at once, or its start if it waits for a slot."""
+        with self._cv:
+            job = self._running.get(conv_id)
+            if job is not None:
+                job.cancel.set()
+                self._cv.notify_all()
+
+    def waiting(self) -> set[str]:
+        """The conversations taken ahead: claimed, or being claimed, no run under way."""
+        with self._cv:
+            return {job.conv_id for job in self._running.values() if not job.slot}
 
     def starting(self) -> bool:
         """Whether a run is about to start here: a job taken from the queue and not
@@ -176,6 +214,48 @@ class Pool:
         with self._cv:
             running = sum(1 for job in self._running.values() if job.phase == "running")
             return running >= self.size
+
+    def _may_take_ahead(self) -> bool:
+        """Room to take one ahead, once every run taken in a slot has started (their
+        claims are on their turns' path: those ahead are not), and with plenty queued."""
+        if self._ahead >= self.ahead:
+            return False
+        if any(job.phase == "starting" for job in self._running.values()):
+            return False
+        return self.plenty(self._queue)
+
+    def _hand_over(self) -> None:
+        """A run's slot is free: to the job claimed ahead that has waited longest, if
+        any (else this worker, looking for work next, would take it first)."""
+        ready = [job for job in self._running.values() if job.phase == "ready"]
+        if not ready or self._slotted > self.size:  # shrunk meanwhile: the slot goes
+            self._slotted -= 1
+            return
+        job = min(ready, key=lambda job: job.started)
+        job.slot, job.phase = True, "starting"
+        self._ahead -= 1
+
+    def wait_turn(self, job: Job) -> bool:
+        """Before a run starts: for a job taken ahead, wait for a run slot (False:
+        stopped or cancelled meanwhile, the job must not run); a job taken in a slot
+        goes on at once. Either way the job is ``"running"`` from here."""
+        with self._cv:
+            while not job.slot:
+                if self._closing or job.stopping.is_set() or job.cancel.is_set():
+                    return False
+                if self._slotted < self.size:
+                    job.slot = True
+                    self._slotted += 1
+                    self._ahead -= 1
+                    job.phase = "starting"
+                    break
+                job.phase = "ready"
+                self._cv.wait()
+            if job.cancel.is_set():
+                return False
+            job.phase = "running"
+            self._cv.notify_all()  # started: room to take the next ahead
+            return True
 
     # -- shutting down -----------------------------------------------------------------
     def stop(self) -> None:
@@ -207,17 +287,26 @@ class Pool:
     def _worker(self) -> None:
         while True:
             with self._cv:
-                while not self._closing and not len(self._queue) and self._workers <= self.size:
+                while not self._closing and self._workers <= self.size + self.ahead:
+                    if len(self._queue) and self._slotted < self.size:
+                        slot = True
+                        break
+                    if len(self._queue) and self._may_take_ahead():
+                        slot = False
+                        break
+                    # Woken by new work, a run's end (a slot), a resize or the stop.
                     self._cv.wait()
                 if self._closing:
                     return
-                if self._workers > self.size:
+                if self._workers > self.size + self.ahead:
                     self._workers -= 1
                     return
                 conv_id = self._queue.pop(self.rank)
                 if conv_id is None:
                     continue
-                job = Job(conv_id)
+                job = Job(conv_id, slot=slot, phase="starting" if slot else "ahead")
+                self._slotted += slot
+                self._ahead += not slot
                 self._running[conv_id] = job
             try:
                 self._run(job)
@@ -226,6 +315,11 @@ class Pool:
             finally:
                 with self._cv:
                     del self._running[conv_id]
+                    if job.slot:
+                        self._hand_over()
+                    else:
+                        self._ahead -= 1
+                    self._cv.notify_all()  # a slot, or room to take one ahead
                     closing = self._closing
             if not closing:
                 self._done(conv_id)

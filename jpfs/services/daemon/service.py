@@ -160,6 +160,8 @@ class Daemon:
             self.reconciler.shared = True
             self.reconciler.spread = self.shared.engine.claimer.order
             self.pool.rank = self.shared.engine.claimer.pick
+            self.pool.plenty = self.shared.plenty
+            self.pool.resize(self.pool.size, ahead=self.pool.size)  # a claim ahead per slot
 
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(
@@ -296,14 +298,13 @@ class Daemon:
                 verdict = actions.needs(self.ws, conv)
                 if self.shared is not None and verdict.need is not Need.NOTHING:
                     verdict = self.shared.take(conv, verdict, held)
-                if verdict.need is not Need.RUN:
-                    return
+                if verdict.need is not Need.RUN or not self.pool.wait_turn(job):
+                    return  # (claimed ahead and stopped meanwhile: its lease goes back)
                 meta = conv.meta()
                 job.info["agent"] = meta.get("agent", "")
                 job.info["model"] = conv.settings.model
                 self.stats.runs += 1
                 log.info("%s: run starts (%s)", conv.id, verdict.state)
-                job.phase = "running"
                 try:
                     state = runner.run_locked(conv)
                 except Cancelled:
@@ -384,7 +385,8 @@ class Daemon:
         if self.config_watch.poll() is not None:
             # Pool size and timings at once; the rest as each run reads ws.config.
             current = self.ws.config
-            self.pool.resize(int(current["daemon.max_agents"]))
+            size = int(current["daemon.max_agents"])
+            self.pool.resize(size, ahead=size if self.shared is not None else 0)
             self.reconciler.debounce = float(current["daemon.debounce"])
             self.reconciler.settle = float(current["daemon.settle"])
             self.reconciler.scan_interval = float(current["daemon.scan_interval"])

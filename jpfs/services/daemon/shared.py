@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from jpfs.core import record
 from jpfs.core.conversation import Conversation
@@ -62,7 +62,7 @@ class SharedRecord:
         )
         self._thread = threading.Thread(
             target=cycling.run,
-            args=(self.engine, self._stop, self.pool.starting, self.pool.full),
+            args=(self.engine, self._stop, self.pool.starting, self.pool.full, self.pool.waiting),
             name="jpfs-sync",
             daemon=True,
         )
@@ -110,7 +110,22 @@ class SharedRecord:
 
     def _lost(self, conv_id: str) -> None:
         """Another machine took the lease over: stop our run of it at once."""
-        jobs, _ = self.pool.snapshot()
-        for job in jobs:
-            if job.conv_id == conv_id:
-                job.cancel.set()
+        self.pool.cancel(conv_id)
+
+    def plenty(self, queued: Iterable[str]) -> bool:
+        """Whether at least twice as many of ``queued`` look free (no lease seen, none
+        lost since) as the machines at work could start at once (each with this pool's
+        size): then every machine claiming that many ahead still leaves each of their
+        workers a conversation when its run ends, even if a fetch's worth of their
+        claims is not in our view yet, and a conversation claimed ahead keeps nobody
+        waiting (:mod:`jpfs.services.daemon.pool`). Near the end of the work it would:
+        a machine idle then could start it, where here it waits for a run to end."""
+        claimer = self.engine.claimer
+        machines = len(self.engine.stats.working | {self.engine.machine})
+        wanted = 2 * machines * self.pool.size
+        found = 0
+        for conv_id in queued:
+            found += claimer.looks_free(conv_id)
+            if found >= wanted:
+                return True
+        return False

@@ -54,7 +54,10 @@ class StatusWriter:
             return
         jobs, queued = daemon.pool.snapshot()
         agents = []
+        ahead = sorted(job.conv_id for job in jobs if not job.slot)
         for job in jobs:
+            if not job.slot:
+                continue  # claimed ahead, no run yet (pool.py): listed apart
             watch = job.info.get("watch")  # actions.RunWatch, once its runner is made
             agents.append(
                 {
@@ -80,6 +83,7 @@ class StatusWriter:
             "agents_running": len(agents),
             "agents": agents,
             "queue": queued,
+            "claimed_ahead": ahead,
             "runs": daemon.stats.runs,
             "failures": daemon.stats.failures,
             "scans": daemon.reconciler.scans,

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from jpfs.errors import GitError
 from jpfs.infra.git.remote import PushResult, Update
 
 
@@ -70,6 +71,9 @@ class ClaimBatch:
             result = self._push([queued.update for queued in batch])
             for queued in batch:
                 queued.won = result.took(queued.update.ref)
+                refused = result.refusal(queued.update.ref)
+                if refused:  # not lost to a peer: refused (a hook, a protected ref)
+                    queued.error = GitError(f"the remote refused the claim: {refused}")
         except BaseException as exc:  # each claimant raises it: none may think it won
             for queued in batch:
                 queued.error = exc

@@ -161,6 +161,12 @@ class Claimer:
             return False
         return True
 
+    def looks_free(self, conv_id: str) -> bool:
+        """Whether a claim of ``conv_id`` could win as far as we know: no lease held on
+        it in our view, and no claim of ours lost since that view."""
+        ref = lease_ref(conv_id)
+        return self.book.free(self.book.seen(ref)) and not self.lost_since_view(ref)
+
     def lost_since_view(self, ref: str) -> bool:
         """Whether a claim of ``ref`` lost after the fetch our view of the leases comes
         from began (forgotten once a fetch began after it)."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
-from jpfs.errors import JpfsError
+from jpfs.errors import Contended, JpfsError
 from jpfs.services.sync.engine import SyncEngine
 from jpfs.services.sync.leases import LeaseBook
 
@@ -31,13 +31,15 @@ def run(
     stop: threading.Event,
     starting: Callable[[], bool] | None = None,
     full: Callable[[], bool] | None = None,
+    waiting: Callable[[], Collection[str]] = frozenset,
 ) -> None:
     """Cycle until ``stop``: every ``interval``, or at once when woken (a run ended).
     ``starting()``: whether a run is about to start here; a cycle waits for those first
     (:func:`wait_started`), at most an ``interval``, and not while a lease held would
     meanwhile go half its duration without a renewal; woken by a run's end, it also waits
     for the runs that started before it to end too (:func:`wait_released`, at most
-    :data:`GATHER_MAX`). ``full()``: whether every worker
+    :data:`GATHER_MAX`; not for the conversations in ``waiting()``, claimed ahead of a
+    run, Pool.wait_turn). ``full()``: whether every worker
     here is running a run; then a cycle fetches only if the last fetch began
     :data:`FULL_FETCH_EVERY` intervals ago (or a quarter lease: a claim trusts a view
     half a lease old, and a takeover waits a lease from the first sight of a value),
@@ -51,7 +53,7 @@ def run(
         if starting is not None and not engine.book.urgent(time.monotonic() + engine.interval):
             wait_started(starting, stop, engine.interval)
         if woken and not engine.book.urgent(time.monotonic() + gather):
-            wait_released(engine.book, stop, woke_at, gather)
+            wait_released(engine.book, stop, woke_at, gather, waiting())
         began, failed = time.monotonic(), True
         fetch = (
             full is None
@@ -64,6 +66,11 @@ def run(
             engine.sync_once(eager=woken, fetch=fetch)
             engine.sweep()
             engine.stats.last_error = ""
+            failed = False
+        except Contended as exc:
+            # Peers' pushes won every race: not an error, and the next cycle comes as
+            # usual (a failure's would wait a whole interval from here).
+            log.info("sync: %s", exc)
             failed = False
         except JpfsError as exc:
             engine.stats.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -102,15 +109,26 @@ def wait_started(starting: Callable[[], bool], stop: threading.Event, seconds: f
             return
 
 
-def wait_released(book: LeaseBook, stop: threading.Event, since: float, seconds: float) -> None:
+def wait_released(
+    book: LeaseBook,
+    stop: threading.Event,
+    since: float,
+    seconds: float,
+    waiting: Collection[str] = (),
+) -> None:
     """Until every lease held since before ``since`` (a run's end woke the cycle then) is
-    being given back, ``stop``, or ``seconds`` after ``since``. Runs that started
+    being given back, ``stop``, or ``seconds`` after ``since``; the leases of
+    ``waiting`` (claimed ahead, no run under way) are not waited for. Runs that started
     together tend to end together (a wave of claims, the same model): one push then
     carries all their results, where a push each would race one another and the peers'
     pushes on the record branch (each lost race costs a fetch, a merge and a push)."""
     deadline = since + seconds
     while (left := deadline - time.monotonic()) > 0:
-        if not any(lease.taken < since and not lease.releasing for lease in book.held()):
+        held = book.held()
+        if not any(
+            lease.taken < since and not lease.releasing and lease.conv_id not in waiting
+            for lease in held
+        ):
             return
         if stop.wait(min(left, _STARTING_POLL)):
             return

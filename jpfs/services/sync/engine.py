@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
-from jpfs.errors import GitError
+from jpfs.errors import Contended, GitError
 from jpfs.infra import git
 from jpfs.infra.git import refs, ssh
 from jpfs.infra.git import remote as gitremote
@@ -149,7 +149,7 @@ class SyncEngine:
             if renew:
                 self.push(record=False)
             outcome = self.pull(fetched=not renew)
-        raise GitError(
+        raise Contended(
             f"could not push the record to {self.remote}: other machines pushed first"
             f" {_PUSH_ATTEMPTS} times in a row; the next sync tries again"
         )
@@ -308,6 +308,9 @@ class SyncEngine:
                     with self._fetching:
                         git.run(self.repo, ["update-ref", *moved], check=False)
                 return True
+            refused = result.refusal()
+            if refused:  # not a race: trying again changes nothing
+                raise GitError(f"{self.remote} refused the push of the record: {refused}")
             # Whatever the push said (a remote rejects every ref of a failed atomic
             # push alike), a lease is lost exactly when the remote holds another value:
             # not one of ours from a push that failed here but took effect there (the

@@ -229,3 +229,149 @@ def test_a_run_is_about_to_start_from_its_pop_until_it_runs_and_after_one_ends()
                 event.set()
             pool.stop()
             assert pool.join(5)
+
+
+class Gated:
+    """Runs that take their conversation (a claim), wait for a slot as the daemon's
+    runs do (Pool.wait_turn), then block until their own gate opens."""
+
+    def __init__(self) -> None:
+        self.pool: Pool | None = None
+        self.gates: dict[str, threading.Event] = {}
+        self.taken: list[str] = []
+        self.started: list[str] = []
+        self.refused: list[str] = []
+        self.lock = threading.Lock()
+
+    def run(self, job: Job) -> None:
+        assert self.pool is not None
+        gate = self.gates.setdefault(job.conv_id, threading.Event())
+        with self.lock:
+            self.taken.append(job.conv_id)
+        if not self.pool.wait_turn(job):
+            with self.lock:
+                self.refused.append(job.conv_id)
+            return
+        assert job.phase == "running"
+        with self.lock:
+            self.started.append(job.conv_id)
+        gate.wait(30)
+
+    def open(self, conv_id: str) -> None:
+        self.gates.setdefault(conv_id, threading.Event()).set()
+
+    def phases(self) -> dict[str, str]:
+        assert self.pool is not None
+        return {job.conv_id: job.phase for job in self.pool.snapshot()[0]}
+
+
+def gated_pool(size: int, ahead: int, plenty: bool) -> tuple[Gated, Pool]:
+    runs = Gated()
+    pool = Pool(size, runs.run, lambda conv_id: None)
+    pool.plenty = lambda queued: plenty
+    pool.resize(size, ahead=ahead)
+    runs.pool = pool
+    return runs, pool
+
+
+def test_work_taken_ahead_waits_for_a_slot_and_gets_the_next_one() -> None:
+    """With plenty queued, the pool takes up to ``ahead`` more than its slots (their
+    claims go on beside the runs); a run's end hands its slot to the one that waited
+    longest, before its worker takes anything new from the queue."""
+    with no_thread_leak():
+        runs, pool = gated_pool(2, ahead=2, plenty=True)
+        try:
+            for name in ("a", "b", "c", "d", "e"):
+                pool.submit(name)
+            wait_until(lambda: len(runs.taken) == 4, message="two runs and two taken ahead")
+            wait_until(lambda: sorted(pool.waiting()) == ["c", "d"], message="c, d ready")
+            assert sorted(runs.started) == ["a", "b"]
+            wait_until(lambda: runs.phases()["c"] == "ready", message="c waiting for a slot")
+            assert pool.snapshot()[1] == 1  # e stays queued: two ahead at most
+            assert not pool.starting() and pool.full()  # the cycle need not wait for them
+
+            runs.open("a")
+            wait_until(lambda: "c" in runs.started, message="a's slot handed to c")
+            assert runs.started == ["a", "b", "c"] or runs.started == ["b", "a", "c"]
+            wait_until(lambda: "e" in runs.taken, message="e taken ahead in turn")
+            assert "e" not in runs.started and "d" not in runs.started
+            assert sorted(pool.waiting()) == ["d", "e"]
+            for name in ("b", "c", "d", "e"):
+                runs.open(name)
+            wait_until(lambda: len(runs.started) == 5, message="every run")
+            assert sorted(runs.started) == ["a", "b", "c", "d", "e"]
+        finally:
+            for name in ("a", "b", "c", "d", "e"):
+                runs.open(name)
+            pool.stop()
+            assert pool.join(5)
+
+
+def test_nothing_is_taken_ahead_without_plenty_of_work() -> None:
+    """Near the end of the work a conversation taken ahead would wait here while
+    another machine could start it: without ``plenty``, only the slots take work."""
+    with no_thread_leak():
+        runs, pool = gated_pool(1, ahead=1, plenty=False)
+        try:
+            for name in ("a", "b"):
+                pool.submit(name)
+            wait_until(lambda: runs.started == ["a"], message="a running")
+            assert pool.snapshot()[1] == 1 and pool.waiting() == set()
+            runs.open("a")
+            wait_until(lambda: runs.started == ["a", "b"], message="b after a")
+        finally:
+            for name in ("a", "b"):
+                runs.open(name)
+            pool.stop()
+            assert pool.join(5)
+
+
+def test_work_taken_ahead_waits_for_the_runs_claiming_in_their_slots() -> None:
+    """Claims for runs about to start are on their turns' path: nothing is taken ahead
+    while a job taken in a slot has not started its run."""
+    claimed = threading.Event()
+    taken: list[str] = []
+
+    def run(job: Job) -> None:
+        taken.append(job.conv_id)
+        if job.conv_id == "a":
+            claimed.wait(30)  # a's claim in flight
+        pool.wait_turn(job)
+
+    with no_thread_leak():
+        pool = Pool(1, run, lambda conv_id: None)
+        pool.plenty = lambda queued: True
+        pool.resize(1, ahead=1)
+        try:
+            pool.submit("a")
+            wait_until(lambda: taken == ["a"], message="a taken")
+            pool.submit("b")
+            assert pool.snapshot()[1] == 1  # b waits: a has not started
+            claimed.set()
+            wait_until(lambda: "b" in taken, message="b taken once a started")
+        finally:
+            claimed.set()
+            pool.stop()
+            assert pool.join(5)
+
+
+def test_a_run_waiting_for_a_slot_does_not_start_once_cancelled_or_stopped() -> None:
+    """A lease lost meanwhile (Pool.cancel) or the daemon's stop: the conversation
+    taken ahead is not run (its lease goes back with nothing done)."""
+    with no_thread_leak():
+        runs, pool = gated_pool(1, ahead=2, plenty=True)
+        try:
+            for name in ("a", "b", "c"):
+                pool.submit(name)
+            wait_until(lambda: sorted(pool.waiting()) == ["b", "c"], message="b, c ahead")
+            wait_until(lambda: runs.phases().get("b") == "ready", message="b waiting")
+            pool.cancel("b")
+            wait_until(lambda: runs.refused == ["b"], message="b let go at once")
+            wait_until(lambda: runs.phases().get("c") == "ready", message="c waiting")
+            pool.stop()
+            wait_until(lambda: runs.refused == ["b", "c"], message="c let go by the stop")
+            assert runs.started == ["a"]
+        finally:
+            runs.open("a")
+            pool.stop()
+            assert pool.join(5)

@@ -35,7 +35,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.messages_server import MessagesServer, last_user_text, text_reply
-from tests.services.sync.test_sync_machines import clone, jpfs, seed_remote
+from tests.services.sync.test_sync_machines import TASK_RE, clone, jpfs, seed_remote, status
 
 
 def engine_at(path: Path) -> SyncEngine:
@@ -370,6 +370,79 @@ def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
             message="the merged task's turn, long before daemon.settle",
         )
     assert next(last_user_text(r.json or {}) for r in api_env.requests).startswith("# Task 0")
+
+
+@pytest.mark.timeout(300)
+def test_a_daemon_claims_its_next_conversation_while_its_run_goes_on(
+    tmp_path: Path, api_env: MessagesServer
+) -> None:
+    """With plenty of free work (at least twice what the machines at work could start),
+    a daemon claims its next conversation while its run goes on, and starts it the
+    moment the run ends; near the end of the work it claims nothing ahead."""
+    gates = {n: threading.Event() for n in range(4)}
+
+    def respond(request: dict[str, object]) -> object:
+        match = TASK_RE.search(last_user_text(request))
+        assert match is not None
+        gates[int(match.group(1))].wait(60)  # the model answers when the test says
+        return text_reply("Done.")
+
+    api_env.responder = respond  # type: ignore[assignment]
+    remote = seed_remote(tmp_path, lease=8.0)
+    daemon, writer = clone(remote, tmp_path / "d1"), clone(remote, tmp_path / "writer")
+    jpfs(daemon, "config", "set", "daemon.max_agents", "1")  # local: one run at a time
+
+    def asked() -> list[int]:
+        found = (TASK_RE.search(last_user_text(r.json or {})) for r in api_env.requests)
+        return [int(m.group(1)) for m in found if m is not None]
+
+    def shown() -> tuple[list[str], list[str], int]:
+        info = status(daemon)
+        running = [str(a["id"]) for a in info.get("agents", [])]  # type: ignore[attr-defined]
+        ahead = [str(c) for c in info.get("claimed_ahead", [])]  # type: ignore[attr-defined]
+        return running, ahead, int(info.get("queue", -1))  # type: ignore[call-overload]
+
+    try:
+        with running_daemon(daemon):
+            for n in range(4):
+                (writer / "conversations" / f"t-{n:03d}").mkdir(parents=True)
+                task = writer / "conversations" / f"t-{n:03d}" / "task.md"
+                task.write_text(f"# Task {n}\n\nSay hello.\n", encoding="utf-8")
+            jpfs(writer, "sync")
+            # One run, one claimed ahead (three were free: at least 2 x 1 machine x 1
+            # worker), two left queued.
+            wait_until(lambda: len(asked()) == 1, timeout=60, message="the first run")
+            wait_until(lambda: len(shown()[1]) == 1, timeout=30, message="a claim ahead")
+            running, ahead, queued = shown()
+            assert len(running) == 1 and queued == 2 and ahead[0] not in running
+            assert len(held_leases(remote)) == 2  # the run's and the one ahead: both claimed
+            first = asked()[0]
+
+            gates[first].set()
+            wait_until(lambda: len(asked()) == 2, timeout=30, message="the next run")
+            assert f"t-{asked()[1]:03d}" == ahead[0]  # the one claimed ahead ran next
+            # Two were free at that pop (2 >= 2): one more ahead, the last one queued.
+            wait_until(
+                lambda: (now := shown())[2] == 1 and now[1] and now[1][0] != ahead[0],
+                timeout=30,
+                message="the third claimed ahead",
+            )
+            gates[asked()[1]].set()
+            wait_until(lambda: len(asked()) == 3, timeout=30, message="the third run")
+            # One left, free: fewer than twice a machine's worth; it waits in the queue.
+            wait_until(lambda: shown()[1:] == ([], 1), message="the last one not claimed ahead")
+            wait_until(lambda: len(held_leases(remote)) == 1, message="the third run's only")
+            for gate in gates.values():
+                gate.set()
+            wait_until(
+                lambda: len(list((daemon / "conversations").glob("t-*/result.md"))) == 4,
+                timeout=60,
+                message="every result",
+            )
+    finally:
+        for gate in gates.values():
+            gate.set()
+    assert sorted(asked()) == [0, 1, 2, 3]  # each turn once
 
 
 @contextlib.contextmanager

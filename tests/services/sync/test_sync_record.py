@@ -4,6 +4,7 @@ compare-and-swap, expired, taken over and forfeited."""
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from jpfs.core.workspace import open_workspace
+from jpfs.errors import Contended, GitError
+from jpfs.services.sync import cycling
 from jpfs.services.sync.engine import SyncEngine
 from jpfs.services.sync.leases import lease_ref
 from tests.conftest import (
@@ -377,3 +380,94 @@ def test_a_sync_that_cannot_merge_says_nothing_was_pushed_and_what_to_do(
     assert done.code == 0, done.stderr
     assert "mine/task.md" in git(remote, "ls-tree", "-r", "--name-only", "jpfs-record")
     assert (ws / "conversations" / "new" / "task.md").is_file()
+
+
+def hook(remote: Path, body: str) -> Path:
+    """A ``pre-receive`` hook on the bare ``remote``; returns the file each run of it
+    appends a line to (how many pushes reached it)."""
+    runs = remote / "hook-runs"
+    script = remote / "hooks" / "pre-receive"
+    script.write_text(f"#!/bin/sh\necho run >> '{runs}'\n{body}", encoding="utf-8")
+    script.chmod(0o755)
+    return runs
+
+
+def runs_of(runs: Path) -> int:
+    return len(runs.read_text(encoding="utf-8").splitlines()) if runs.exists() else 0
+
+
+# Before each push of the record, a peer's commit lands on it: every compare-and-swap of
+# ours loses, as it would to peers that always push first. (The hook writes the peer's
+# commit and moves the ref outside the push's quarantine, as another push would.)
+PEER_FIRST = """\
+while read old new ref; do
+  [ "$ref" = refs/heads/jpfs-record ] || continue
+  tip=$(git rev-parse refs/heads/jpfs-record)
+  main="env -u GIT_QUARANTINE_PATH -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES"
+  moved=$($main GIT_AUTHOR_NAME=peer GIT_AUTHOR_EMAIL=peer@example.com \\
+    GIT_COMMITTER_NAME=peer GIT_COMMITTER_EMAIL=peer@example.com \\
+    git commit-tree "$tip^{tree}" -p "$tip" -m "a peer's commit" </dev/null)
+  $main git update-ref refs/heads/jpfs-record "$moved" "$tip"
+done
+exit 0
+"""
+
+
+def test_a_push_the_remote_refuses_says_why_at_once(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """A hook or a protected ref refuses every try alike: the push of the record and a
+    claim fail at once with git's reason and the remote's words, not as a race lost
+    to other machines four times over."""
+    remote = share_record(tmp_path, ws, cli)
+    runs = hook(remote, "echo 'jpfs-record is read-only on this server' >&2\nexit 1\n")
+    write_task(ws, "first", "# First\n")
+    ours = engine_at(ws)
+    with pytest.raises(GitError) as refused:
+        ours.sync_once(eager=True)
+    assert not isinstance(refused.value, Contended)
+    said = str(refused.value)
+    assert "refused the push of the record" in said and "pre-receive hook declined" in said
+    assert "jpfs-record is read-only on this server" in said
+    assert runs_of(runs) == 1  # one try: another could only be refused too
+    with pytest.raises(GitError, match=r"refused the claim: .*read-only on this server"):
+        ours.claim("first")
+    done = cli("sync")
+    assert done.code == 1
+    assert "pre-receive hook declined" in done.stderr and "read-only on this server" in done.stderr
+    assert "first" not in git(remote, "ls-tree", "--name-only", "jpfs-record")
+
+
+def test_a_record_push_that_loses_every_race_is_no_error_for_the_daemon(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Peers pushing first at every try: by hand, ``jpfs sync`` says so after 4 tries;
+    a daemon's cycle logs it and tries again at its next cycle, with no error in its
+    status (nothing is wrong). Once the races end, the record goes."""
+    remote = share_record(tmp_path, ws, cli, interval="0.2")
+    runs = hook(remote, PEER_FIRST)
+    write_task(ws, "first", "# First\n")
+    ours = engine_at(ws)
+    with pytest.raises(Contended, match="other machines pushed first 4 times in a row"):
+        ours.sync_once(eager=True)
+    assert runs_of(runs) == 5  # the push first, then 4 after a fetch and a merge each
+    caplog.set_level(logging.INFO, logger="jpfs.services.sync")
+    stop = threading.Event()
+    thread = threading.Thread(target=cycling.run, args=(ours, stop))
+    thread.start()
+    try:
+        wait_until(lambda: runs_of(runs) >= 12, message="two cycles' tries lost")
+        assert ours.stats.last_error == ""
+        lost = [r for r in caplog.records if "other machines pushed first" in r.getMessage()]
+        assert lost and all(r.levelno == logging.INFO for r in lost)
+        (remote / "hooks" / "pre-receive").unlink()  # the peers are done
+        wait_until(
+            lambda: "first" in git(remote, "ls-tree", "--name-only", "jpfs-record"),
+            message="the record pushed once the races end",
+        )
+    finally:
+        stop.set()
+        ours.wake.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert ours.stats.last_error == ""
