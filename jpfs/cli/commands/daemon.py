@@ -84,7 +84,8 @@ def render(data: dict[str, Any]) -> str:
         + ("" if data.get("ready") else " (starting)")
         + (" (stopping)" if data.get("stopping") else ""),
         f"agents: {data.get('agents_running', 0)} of {data.get('max_agents', '?')} running,"
-        f" {data.get('queue', 0)} queued",
+        + (f" {len(ahead)} claimed ahead," if (ahead := data.get("claimed_ahead")) else "")
+        + f" {data.get('queue', 0)} queued",
     ]
     for agent in data.get("agents") or []:
         lines.append(

@@ -124,10 +124,9 @@ def wait_released(
     pushes on the record branch (each lost race costs a fetch, a merge and a push)."""
     deadline = since + seconds
     while (left := deadline - time.monotonic()) > 0:
-        held = book.held()
         if not any(
             lease.taken < since and not lease.releasing and lease.conv_id not in waiting
-            for lease in held
+            for lease in book.held()
         ):
             return
         if stop.wait(min(left, _STARTING_POLL)):

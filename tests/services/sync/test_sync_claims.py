@@ -416,6 +416,8 @@ def test_a_daemon_claims_its_next_conversation_while_its_run_goes_on(
             running, ahead, queued = shown()
             assert len(running) == 1 and queued == 2 and ahead[0] not in running
             assert len(held_leases(remote)) == 2  # the run's and the one ahead: both claimed
+            shown_text = jpfs(daemon, "daemon", "status")
+            assert "agents: 1 of 1 running, 1 claimed ahead, 2 queued" in shown_text
             first = asked()[0]
 
             gates[first].set()
@@ -587,6 +589,21 @@ def test_a_runs_end_waits_for_the_runs_that_started_before_it_to_end_too(
     began = time.monotonic()
     cycling.wait_released(ours.book, stop, began + 1, 3600.0)  # "next" runs: ends on stop
     assert time.monotonic() - began < 60
+
+
+def test_a_runs_end_does_not_wait_for_conversations_claimed_ahead(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """A conversation claimed ahead of a run slot holds its lease from before the wake
+    but has no run under way to end: the cycle does not wait for it."""
+    _, _, ours, _ = two_clones(ws, tmp_path, cli, interval="1", lease="30")
+    assert ours.claim("a") and ours.claim("ahead")
+    stop = threading.Event()
+    ours.release("a")
+    woke = time.monotonic()
+    cycling.wait_released(ours.book, stop, woke, 20.0, waiting={"ahead"})
+    assert time.monotonic() - woke < 20  # not the bound: "ahead" runs nothing yet
+    assert ours.book.holds("ahead")
 
 
 def test_released_leases_are_swept_once_old(
