@@ -134,6 +134,8 @@ class Pool:
         # conversation (0: first; see Claimer.rank), so that claims seldom collide.
         self.rank: Callable[[str], tuple[int, int]] | None = None
         self.ahead = 0  # how many may be taken ahead of a slot (see the module)
+        # The longest one taken ahead waits for a slot before it lets go (None: no end).
+        self.hold_max: float | None = None
         self.plenty: Callable[[FairQueue], bool] = lambda queued: False
         with self._cv:
             self._add_workers(self.size)
@@ -236,9 +238,11 @@ class Pool:
         self._ahead -= 1
 
     def wait_turn(self, job: Job) -> bool:
-        """Before a run starts: for a job taken ahead, wait for a run slot (False:
-        stopped or cancelled meanwhile, the job must not run); a job taken in a slot
-        goes on at once. Either way the job is ``"running"`` from here."""
+        """Before a run starts: for a job taken ahead, wait for a run slot, at most
+        :attr:`hold_max` from its pop (False: stopped, cancelled or out of time
+        meanwhile, the job must not run; its conversation is looked at again); a job
+        taken in a slot goes on at once. Either way the job is ``"running"`` from here."""
+        deadline = None if self.hold_max is None else job.started + self.hold_max
         with self._cv:
             while not job.slot:
                 if self._closing or job.stopping.is_set() or job.cancel.is_set():
@@ -249,8 +253,15 @@ class Pool:
                     self._ahead -= 1
                     job.phase = "starting"
                     break
+                left = None if deadline is None else deadline - time.time()
+                if left is not None and left <= 0:
+                    # The runs here outlast it: held longer, it could keep a machine
+                    # whose runs end sooner from the work (protocol/sync.md).
+                    log.info("%s: claimed ahead, no run slot for %gs; let go", job.conv_id,
+                             self.hold_max)  # fmt: skip
+                    return False
                 job.phase = "ready"
-                self._cv.wait()
+                self._cv.wait(left)
             if job.cancel.is_set():
                 return False
             job.phase = "running"

@@ -162,6 +162,7 @@ class Daemon:
             self.pool.rank = self.shared.engine.claimer.pick
             self.pool.plenty = self.shared.plenty
             self.pool.resize(self.pool.size, ahead=self.pool.size)  # a claim ahead per slot
+            self.pool.hold_max = self.shared.engine.book.duration  # a lease (sync.md)
 
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(

@@ -375,3 +375,27 @@ def test_a_run_waiting_for_a_slot_does_not_start_once_cancelled_or_stopped() -> 
             runs.open("a")
             pool.stop()
             assert pool.join(5)
+
+
+def test_work_taken_ahead_is_let_go_when_no_slot_frees_in_time() -> None:
+    """Runs here that outlast the wait (``hold_max``, a lease in the daemon): the one
+    taken ahead is not run, and its conversation is looked at again (``done``)."""
+    done: list[str] = []
+    with no_thread_leak():
+        runs = Gated()
+        pool = Pool(1, runs.run, done.append)
+        pool.plenty = lambda queued: True
+        pool.hold_max = 0.3
+        pool.resize(1, ahead=1)
+        runs.pool = pool
+        try:
+            pool.submit("a")
+            pool.submit("b")
+            wait_until(lambda: runs.refused == ["b"], message="b let go after 0.3 s")
+            assert runs.started == ["a"]
+            wait_until(lambda: done == ["b"], message="b looked at again")
+            assert pool.waiting() == set()
+        finally:
+            runs.open("a")
+            pool.stop()
+            assert pool.join(5)

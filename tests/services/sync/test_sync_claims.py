@@ -388,7 +388,7 @@ def test_a_daemon_claims_its_next_conversation_while_its_run_goes_on(
         return text_reply("Done.")
 
     api_env.responder = respond  # type: ignore[assignment]
-    remote = seed_remote(tmp_path, lease=8.0)
+    remote = seed_remote(tmp_path, lease=30.0)  # what is claimed ahead is held a lease at most
     daemon, writer = clone(remote, tmp_path / "d1"), clone(remote, tmp_path / "writer")
     jpfs(daemon, "config", "set", "daemon.max_agents", "1")  # local: one run at a time
 
