@@ -12,6 +12,7 @@ of their leases reach the remote at once rather than at the next interval.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -29,6 +30,9 @@ from jpfs.services.sync.claims import Claims
 from jpfs.services.sync.engine import SyncEngine
 
 log = logging.getLogger("jpfs.services.daemon")
+
+# How many queued conversations plenty() looks at, per free one it wants.
+_PLENTY_SCAN = 8
 
 
 class SharedRecord:
@@ -124,7 +128,9 @@ class SharedRecord:
         machines = len(self.engine.stats.working | {self.engine.machine})
         wanted = 2 * machines * self.pool.size
         found = 0
-        for conv_id in queued:
+        # Asked under the pool's lock at every run's end: a queue of thousands held
+        # elsewhere is not walked whole; so few free among the first is not plenty.
+        for conv_id in itertools.islice(queued, _PLENTY_SCAN * wanted):
             found += claimer.looks_free(conv_id)
             if found >= wanted:
                 return True
