@@ -233,8 +233,13 @@ class Pool:
         if not ready or self._slotted > self.size:  # shrunk meanwhile: the slot goes
             self._slotted -= 1
             return
-        job = min(ready, key=lambda job: job.started)
+        self._slotted -= 1
+        self._promote(min(ready, key=lambda job: job.started))
+
+    def _promote(self, job: Job) -> None:
+        """``job``, taken ahead, takes a run slot (one is free)."""
         job.slot, job.phase = True, "starting"
+        self._slotted += 1
         self._ahead -= 1
 
     def wait_turn(self, job: Job) -> bool:
@@ -248,10 +253,7 @@ class Pool:
                 if self._closing or job.stopping.is_set() or job.cancel.is_set():
                     return False
                 if self._slotted < self.size:
-                    job.slot = True
-                    self._slotted += 1
-                    self._ahead -= 1
-                    job.phase = "starting"
+                    self._promote(job)
                     break
                 left = None if deadline is None else deadline - time.time()
                 if left is not None and left <= 0:

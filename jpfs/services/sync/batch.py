@@ -18,6 +18,12 @@ from dataclasses import dataclass
 from jpfs.errors import GitError
 from jpfs.infra.git.remote import PushResult, Update
 
+# What a refused push tells the user to do (a claim's or the record's).
+ALLOW = (
+    "; sharing the record, jpfs pushes its record branch and refs/jpfs/leases/* there:"
+    ' let this machine push them (protocol/sync.md, "When things fail")'
+)
+
 
 @dataclass
 class _Request:
@@ -73,7 +79,7 @@ class ClaimBatch:
                 queued.won = result.took(queued.update.ref)
                 refused = result.refusal(queued.update.ref)
                 if refused:  # not lost to a peer: refused (a hook, a protected ref)
-                    queued.error = GitError(f"the remote refused the claim: {refused}")
+                    queued.error = GitError(f"the remote refused the claim: {refused}{ALLOW}")
         except BaseException as exc:  # each claimant raises it: none may think it won
             for queued in batch:
                 queued.error = exc

@@ -108,7 +108,7 @@ class Claimer:
         ref = lease_ref(conv_id)
         view = engine.observed_at  # the fetch the book's view comes from
         seen = book.seen(ref)
-        if not book.free(seen) or self.lost_since_view(ref):
+        if not self._could_win(ref, seen):
             engine.stats.claims_lost += 1
             return False
         oid, seq = book.make(conv_id)
@@ -165,7 +165,10 @@ class Claimer:
         """Whether a claim of ``conv_id`` could win as far as we know: no lease held on
         it in our view, and no claim of ours lost since that view."""
         ref = lease_ref(conv_id)
-        return self.book.free(self.book.seen(ref)) and not self.lost_since_view(ref)
+        return self._could_win(ref, self.book.seen(ref))
+
+    def _could_win(self, ref: str, seen: Observed | None) -> bool:
+        return self.book.free(seen) and not self.lost_since_view(ref)
 
     def lost_since_view(self, ref: str) -> bool:
         """Whether a claim of ``ref`` lost after the fetch our view of the leases comes

@@ -28,6 +28,7 @@ from jpfs.infra.git import refs, ssh
 from jpfs.infra.git import remote as gitremote
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync import leaks
+from jpfs.services.sync.batch import ALLOW
 from jpfs.services.sync.claiming import Claimer
 from jpfs.services.sync.leases import (
     LEASE_NS,
@@ -310,7 +311,7 @@ class SyncEngine:
                 return True
             refused = result.refusal()
             if refused:  # not a race: trying again changes nothing
-                raise GitError(f"{self.remote} refused the push of the record: {refused}")
+                raise GitError(f"{self.remote} refused the push of the record: {refused}{ALLOW}")
             # Whatever the push said (a remote rejects every ref of a failed atomic
             # push alike), a lease is lost exactly when the remote holds another value:
             # not one of ours from a push that failed here but took effect there (the

@@ -429,6 +429,7 @@ def test_a_push_the_remote_refuses_says_why_at_once(
     said = str(refused.value)
     assert "refused the push of the record" in said and "pre-receive hook declined" in said
     assert "jpfs-record is read-only on this server" in said
+    assert "let this machine push them" in said  # what to do about it
     assert runs_of(runs) == 1  # one try: another could only be refused too
     with pytest.raises(GitError, match=r"refused the claim: .*read-only on this server"):
         ours.claim("first")
