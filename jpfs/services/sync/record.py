@@ -37,6 +37,8 @@ from jpfs.infra.git.refs import is_ancestor, resolve
 log = logging.getLogger("jpfs.services.sync")
 
 _ATTEMPTS = 5
+# How long a merge whose worktree moved waits for a busy index lock (forks.merge's too).
+LOCK_WAIT = 5.0
 _SAFE_TAG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -66,6 +68,7 @@ def integrate(
     edit made meanwhile) would block the merge for ever: they are copied under
     ``aside`` and dropped, so the conversation becomes what the remote holds."""
     ref = f"refs/heads/{branch}"
+    moved_to = ""  # the tip whose files a lost attempt left in the worktree
     for _attempt in range(_ATTEMPTS):
         ours = resolve(worktree, ref)
         if ours is None:
@@ -81,9 +84,9 @@ def integrate(
             new = _merge_commit(worktree, tree, ours, theirs, remote, conflicts, forfeit)
         if forfeit and aside is not None:
             _clear(worktree, forfeit, aside)
-        moved = _checkout(worktree, ours, new)
-        if moved:
-            return Integration("busy", ours, ours, reason=moved)
+        busy = _checkout(worktree, ours, new, wait=bool(moved_to))
+        if busy:
+            return Integration("busy", ours, ours, reason=busy)
         proc = git.run(
             worktree,
             ["update-ref", "-m", f"jpfs: sync with {remote}", ref, new, ours],
@@ -93,6 +96,10 @@ def integrate(
             return Integration(kind, ours, new, conflicts)
         # A commit landed meanwhile: the worktree already holds their files, and the
         # next merge takes the new tip (any file it committed is the same on both sides).
+        # Their files must not stay there with the branch short of them: the daemon
+        # would take them for a human's edit and commit them as one. So the next
+        # attempts wait out the index lock (that commit's, most likely) to finish.
+        moved_to = new
     return Integration("busy", reason=f"{branch} kept moving under {_ATTEMPTS} attempts")
 
 
@@ -124,14 +131,22 @@ def _clear(worktree: Path, prefixes: Sequence[str], aside: Path) -> None:
                 (worktree / entry[3:]).unlink()
 
 
-def _checkout(worktree: Path, ours: str, new: str) -> str:
-    """Move the worktree's files and index from ``ours`` to ``new``; "" or why not."""
+def _checkout(worktree: Path, ours: str, new: str, *, wait: bool = False) -> str:
+    """Move the worktree's files and index from ``ours`` to ``new``; "" or why not.
+    ``wait``: a busy index lock is waited out, at most :data:`LOCK_WAIT` (git's own
+    answer to a busy lock file is to poll it), rather than reported at once."""
     args = ["read-tree", "-m", "-u", ours, new]
+    deadline, delay = time.monotonic() + LOCK_WAIT, 0.005
     proc = git.run(worktree, args, check=False)
-    if proc.returncode != 0:
+    while proc.returncode != 0:
         # Stale stat data makes read-tree think a file changed: refresh once and retry.
         git.run(worktree, ["update-index", "-q", "--refresh"], check=False)
         proc = git.run(worktree, args, check=False)
+        locked = "index.lock" in proc.stderr
+        if not (wait and locked and time.monotonic() < deadline):
+            break
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
     if proc.returncode == 0:
         return ""
     # Its first line: read-tree's last ones are advice ("Aborting", "remove the file

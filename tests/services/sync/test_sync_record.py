@@ -382,6 +382,47 @@ def test_a_sync_that_cannot_merge_says_nothing_was_pushed_and_what_to_do(
     assert (ws / "conversations" / "new" / "task.md").is_file()
 
 
+def test_a_merge_whose_branch_update_loses_leaves_no_file_beside_the_branch(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """A commit lands here between a merge's checkout and its compare-and-swap of the
+    branch, and holds the index a moment after: the merge tries again and waits the
+    lock out. Returning "busy" then left the peer's files in the worktree with the
+    branch short of them, which a daemon took for a human's edit (and committed as
+    one)."""
+    remote = share_record(tmp_path, ws, cli)
+    laptop = clone_sharing(remote, tmp_path / "laptop", cli)
+    write_task(laptop, "theirs", "# Theirs\n")
+    assert cli("sync", cwd=laptop).code == 0
+    write_task(ws, "mine", "# Mine\n")
+    gitdir = Path(rgit(ws, "rev-parse", "--absolute-git-dir").strip())
+    common = Path(rgit(ws, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+    marker, lock = tmp_path / "aborted-once", gitdir / "index.lock"
+    script = common / "hooks" / "reference-transaction"
+    script.parent.mkdir(exist_ok=True)
+    # The first update of the record branch (the merge's) is aborted, as a lost
+    # compare-and-swap is, and the index is held 0.3 s by "another git command".
+    script.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = prepared ] || exit 0\n'
+        "grep -q ' refs/heads/jpfs-record$' || exit 0\n"
+        f"[ -e '{marker}' ] && exit 0\n"
+        f": > '{marker}'; : > '{lock}'\n"
+        f"(sleep 0.3; rm -f '{lock}') >/dev/null 2>&1 &\n"
+        "exit 1\n",
+        encoding="utf-8",
+    )
+    script.chmod(0o755)
+    done = cli("sync")
+    assert done.code == 0, done.stderr
+    assert marker.exists()  # the first attempt lost
+    wait_until(lambda: not lock.exists(), 10, "the index lock's holder to let it go")
+    assert rgit(ws, "status", "--porcelain", "--untracked-files=all") == ""
+    listed = rgit(ws, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert {"theirs/task.md", "mine/task.md"} <= set(listed)
+    assert git(remote, "rev-parse", "jpfs-record") == rgit(ws, "rev-parse", "HEAD")
+
+
 def hook(remote: Path, body: str) -> Path:
     """A ``pre-receive`` hook on the bare ``remote``; returns the file each run of it
     appends a line to (how many pushes reached it)."""
