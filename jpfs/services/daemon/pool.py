@@ -11,11 +11,12 @@ With peers sharing the record, a run starts with a claim, a round trip to the re
 on the path of every turn. So beside its ``size`` run slots the pool may take up to
 ``ahead`` conversations *ahead*: a worker beyond the slots pops one, claims it while
 the runs go on, and waits (phase ``"ready"``) for the next slot; a run ending hands its
-slot over at once. Only while ``plenty(queued)`` says so (the shared record's estimate:
-twice the work all machines' workers could start), and once the runs taken in a slot
-have started: near the end of the work, a conversation claimed ahead would wait here
-for a slot while another machine sat idle (protocol/sync.md, "While there is plenty of
-work, the next claims are made ahead").
+slot over at once. Only while ``spare(queued)`` says so (the shared record's estimate:
+one more claim ahead still leaves every peer at work the free work its next runs
+want), and once the runs taken in a slot have started: near the end of the work, a
+conversation claimed ahead would wait here for a slot while another machine sat idle
+(protocol/sync.md, "While peers keep their share, the next claims are made ahead").
+What ``spare`` says changes with each fetch of the peers' leases: :meth:`Pool.reconsider`.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ class Pool:
         self.ahead = 0  # how many may be taken ahead of a slot (see the module)
         # The longest one taken ahead waits for a slot before it lets go (None: no end).
         self.hold_max: float | None = None
-        self.plenty: Callable[[FairQueue], bool] = lambda queued: False
+        # Whether the queue has work to spare for one more taken ahead (see the module).
+        self.spare: Callable[[FairQueue], bool] = lambda queued: False
         with self._cv:
             self._add_workers(self.size)
 
@@ -195,6 +197,13 @@ class Pool:
                 job.cancel.set()
                 self._cv.notify_all()
 
+    def reconsider(self) -> None:
+        """What :attr:`spare` answers may have changed (a fetch brought the peers'
+        leases): idle workers ask again."""
+        with self._cv:
+            if len(self._queue) and self._ahead < self.ahead:
+                self._cv.notify_all()
+
     def waiting(self) -> set[str]:
         """The conversations taken ahead: claimed, or being claimed, no run under way."""
         with self._cv:
@@ -219,12 +228,12 @@ class Pool:
 
     def _may_take_ahead(self) -> bool:
         """Room to take one ahead, once every run taken in a slot has started (their
-        claims are on their turns' path: those ahead are not), and with plenty queued."""
+        claims are on their turns' path: those ahead are not), and with work to spare."""
         if self._ahead >= self.ahead:
             return False
         if any(job.phase == "starting" for job in self._running.values()):
             return False
-        return self.plenty(self._queue)
+        return self.spare(self._queue)
 
     def _hand_over(self) -> None:
         """A run's slot is free: to the job claimed ahead that has waited longest, if

@@ -15,7 +15,8 @@ import contextlib
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 from jpfs.core import record
 from jpfs.core.conversation import Conversation
@@ -31,8 +32,8 @@ from jpfs.services.sync.engine import SyncEngine
 
 log = logging.getLogger("jpfs.services.daemon")
 
-# How many queued conversations plenty() looks at, per free one it wants.
-_PLENTY_SCAN = 8
+# How many queued conversations spare() looks at, per free one it wants.
+_SPARE_SCAN = 8
 
 
 class SharedRecord:
@@ -50,7 +51,9 @@ class SharedRecord:
         self.pool = pool
         self.look_again_in = look_again_in
         self.fail = fail
-        self.engine = SyncEngine(ws, on_lost=self._lost, on_moved=record_moved)
+        self.engine = SyncEngine(
+            ws, on_lost=self._lost, on_moved=record_moved, on_observed=pool.reconsider
+        )
         # jpfs query handed to this daemon and its runs' jp_query claim through it too.
         self.claims = claims
         claims.adopt(self.engine, ws)
@@ -116,22 +119,30 @@ class SharedRecord:
         """Another machine took the lease over: stop our run of it at once."""
         self.pool.cancel(conv_id)
 
-    def plenty(self, queued: Iterable[str]) -> bool:
-        """Whether at least twice as many of ``queued`` look free (no lease seen, none
-        lost since) as the machines at work could start at once (each with this pool's
-        size): then every machine claiming that many ahead still leaves each of their
-        workers a conversation when its run ends, even if a fetch's worth of their
-        claims is not in our view yet, and a conversation claimed ahead keeps nobody
-        waiting (:mod:`jpfs.services.daemon.pool`). Near the end of the work it would:
-        a machine idle then could start it, where here it waits for a run to end."""
+    def spare(self, queued: Iterable[str]) -> bool:
+        """Whether one more claim ahead of ``queued`` leaves every peer at work enough
+        free work for its next runs (:func:`free_wanted`; :mod:`.pool`)."""
+        stats = self.engine.stats
+        wanted = free_wanted(stats.peers, stats.working, self.engine.machine, self.pool.size)
         claimer = self.engine.claimer
-        machines = len(self.engine.stats.working | {self.engine.machine})
-        wanted = 2 * machines * self.pool.size
         found = 0
         # Asked under the pool's lock at every run's end: a queue of thousands held
-        # elsewhere is not walked whole; so few free among the first is not plenty.
-        for conv_id in itertools.islice(queued, _PLENTY_SCAN * wanted):
+        # elsewhere is not walked whole; so few free among the first is none to spare.
+        for conv_id in itertools.islice(queued, _SPARE_SCAN * wanted):
             found += claimer.looks_free(conv_id)
             if found >= wanted:
                 return True
         return False
+
+
+def free_wanted(holding: Mapping[str, int], working: AbstractSet[str], me: str, size: int) -> int:
+    """How many queued conversations must look free (no lease in our last fetch, no
+    claim of ours lost since) for machine ``me`` to claim one more ahead: that one, and
+    for each peer at work (``working``: holding leases, or releasing one lately) what
+    it lacks of twice ``size``. A peer is taken to run ``size`` at once, like us, and
+    to claim as many ahead: holding fewer leases (``holding``: machine -> leases in our
+    view), it still wants the difference before its runs end. A claim of such a peer's
+    not in our view yet counts as free work and as its want alike: a stale view asks the
+    same."""
+    peers = working - {me}
+    return 1 + sum(max(0, 2 * size - holding.get(machine, 0)) for machine in peers)

@@ -56,6 +56,7 @@ class SyncEngine:
         incarnation: str | None = None,
         on_lost: Callable[[str], None] | None = None,
         on_moved: Callable[[str, str], None] | None = None,
+        on_observed: Callable[[], None] | None = None,
         share: bool = True,
     ) -> None:
         """``share``: reuse one SSH connection for all of this engine's git commands
@@ -83,6 +84,7 @@ class SyncEngine:
         self.timings = Timings()
         self.on_lost = on_lost or (lambda conv_id: None)
         self.on_moved = on_moved or (lambda before, after: None)  # a peer's record taken in
+        self.on_observed = on_observed or (lambda: None)  # the peers' holdings changed
         self.wake = threading.Event()
         # One pull (fetch + integrate) at a time, one push at a time, one fetch at a time
         # (git locks the tracking refs it writes); never one lock over a whole cycle: a
@@ -224,15 +226,18 @@ class SyncEngine:
             )
             self.book.observe(found.values, found.released)
             self.observed_at = began
-            self.stats.peers = found.peers
             # Who picks what first (Claimer.rank): the machines holding leases, and those
             # that released one lately (tombstones live a minute or more), so that a
             # machine between two runs keeps its share.
-            self.stats.working = (set(found.peers) | found.releasers) - {""}
+            working = (set(found.peers) | found.releasers) - {""}
+            changed = (found.peers, working) != (self.stats.peers, self.stats.working)
+            self.stats.peers, self.stats.working = found.peers, working
             # Last: a status that shows this fetch shows what it found.
             self.stats.fetches += 1
             self.stats.last_fetch = time.time()
-            return found.values
+        if changed:
+            self.on_observed()
+        return found.values
 
     def _fetch_refs(self) -> None:
         specs = [

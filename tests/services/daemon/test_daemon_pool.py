@@ -265,21 +265,21 @@ class Gated:
         return {job.conv_id: job.phase for job in self.pool.snapshot()[0]}
 
 
-def gated_pool(size: int, ahead: int, plenty: bool) -> tuple[Gated, Pool]:
+def gated_pool(size: int, ahead: int, spare: bool) -> tuple[Gated, Pool]:
     runs = Gated()
     pool = Pool(size, runs.run, lambda conv_id: None)
-    pool.plenty = lambda queued: plenty
+    pool.spare = lambda queued: spare
     pool.resize(size, ahead=ahead)
     runs.pool = pool
     return runs, pool
 
 
 def test_work_taken_ahead_waits_for_a_slot_and_gets_the_next_one() -> None:
-    """With plenty queued, the pool takes up to ``ahead`` more than its slots (their
+    """With work to spare, the pool takes up to ``ahead`` more than its slots (their
     claims go on beside the runs); a run's end hands its slot to the one that waited
     longest, before its worker takes anything new from the queue."""
     with no_thread_leak():
-        runs, pool = gated_pool(2, ahead=2, plenty=True)
+        runs, pool = gated_pool(2, ahead=2, spare=True)
         try:
             for name in ("a", "b", "c", "d", "e"):
                 pool.submit(name)
@@ -307,11 +307,11 @@ def test_work_taken_ahead_waits_for_a_slot_and_gets_the_next_one() -> None:
             assert pool.join(5)
 
 
-def test_nothing_is_taken_ahead_without_plenty_of_work() -> None:
+def test_nothing_is_taken_ahead_without_work_to_spare() -> None:
     """Near the end of the work a conversation taken ahead would wait here while
-    another machine could start it: without ``plenty``, only the slots take work."""
+    another machine could start it: without ``spare``, only the slots take work."""
     with no_thread_leak():
-        runs, pool = gated_pool(1, ahead=1, plenty=False)
+        runs, pool = gated_pool(1, ahead=1, spare=False)
         try:
             for name in ("a", "b"):
                 pool.submit(name)
@@ -319,6 +319,30 @@ def test_nothing_is_taken_ahead_without_plenty_of_work() -> None:
             assert pool.snapshot()[1] == 1 and pool.waiting() == set()
             runs.open("a")
             wait_until(lambda: runs.started == ["a", "b"], message="b after a")
+        finally:
+            for name in ("a", "b"):
+                runs.open(name)
+            pool.stop()
+            assert pool.join(5)
+
+
+def test_news_of_the_peers_lets_idle_workers_take_work_ahead() -> None:
+    """What ``spare`` answers changes with each fetch of the peers' leases, not only at a
+    run's end: ``reconsider`` has the idle workers ask again."""
+    spare = threading.Event()
+    with no_thread_leak():
+        runs, pool = gated_pool(1, ahead=1, spare=False)
+        pool.spare = lambda queued: spare.is_set()
+        try:
+            for name in ("a", "b"):
+                pool.submit(name)
+            wait_until(lambda: runs.started == ["a"], message="a running")
+            pool.reconsider()  # nothing changed: b stays queued
+            assert pool.snapshot()[1] == 1 and pool.waiting() == set()
+            spare.set()
+            pool.reconsider()
+            wait_until(lambda: pool.waiting() == {"b"}, message="b taken ahead")
+            assert runs.started == ["a"]
         finally:
             for name in ("a", "b"):
                 runs.open(name)
@@ -340,7 +364,7 @@ def test_work_taken_ahead_waits_for_the_runs_claiming_in_their_slots() -> None:
 
     with no_thread_leak():
         pool = Pool(1, run, lambda conv_id: None)
-        pool.plenty = lambda queued: True
+        pool.spare = lambda queued: True
         pool.resize(1, ahead=1)
         try:
             pool.submit("a")
@@ -359,7 +383,7 @@ def test_a_run_waiting_for_a_slot_does_not_start_once_cancelled_or_stopped() -> 
     """A lease lost meanwhile (Pool.cancel) or the daemon's stop: the conversation
     taken ahead is not run (its lease goes back with nothing done)."""
     with no_thread_leak():
-        runs, pool = gated_pool(1, ahead=2, plenty=True)
+        runs, pool = gated_pool(1, ahead=2, spare=True)
         try:
             for name in ("a", "b", "c"):
                 pool.submit(name)
@@ -384,7 +408,7 @@ def test_work_taken_ahead_is_let_go_when_no_slot_frees_in_time() -> None:
     with no_thread_leak():
         runs = Gated()
         pool = Pool(1, runs.run, done.append)
-        pool.plenty = lambda queued: True
+        pool.spare = lambda queued: True
         pool.hold_max = 0.3
         pool.resize(1, ahead=1)
         runs.pool = pool

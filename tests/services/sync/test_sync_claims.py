@@ -376,10 +376,11 @@ def test_a_task_a_merge_brings_runs_without_waiting_to_settle(
 def test_a_daemon_claims_its_next_conversation_while_its_run_goes_on(
     tmp_path: Path, api_env: MessagesServer
 ) -> None:
-    """With plenty of free work (at least twice what the machines at work could start),
-    a daemon claims its next conversation while its run goes on, and starts it the
-    moment the run ends; near the end of the work it claims nothing ahead."""
-    gates = {n: threading.Event() for n in range(4)}
+    """While a peer at work keeps the free work it wants, a daemon claims its next
+    conversation while its run goes on, and starts it the moment the run ends; near the
+    end of the work, the last free one is left to the peer (it holds one lease of the two
+    a machine of one worker runs and claims ahead)."""
+    gates = {n: threading.Event() for n in range(5)}
 
     def respond(request: dict[str, object]) -> object:
         match = TASK_RE.search(last_user_text(request))
@@ -391,60 +392,68 @@ def test_a_daemon_claims_its_next_conversation_while_its_run_goes_on(
     remote = seed_remote(tmp_path, lease=30.0)  # what is claimed ahead is held a lease at most
     daemon, writer = clone(remote, tmp_path / "d1"), clone(remote, tmp_path / "writer")
     jpfs(daemon, "config", "set", "daemon.max_agents", "1")  # local: one run at a time
+    peer_clone = clone(remote, tmp_path / "peer")
+    jpfs(peer_clone, "sync")
+    jpfs(peer_clone, "config", "set", "sync.machine", "peer")
+    peer = SyncEngine(open_workspace(peer_clone))
+    assert peer.claim("t-004")  # a peer at work, before the task is even sent
 
     def asked() -> list[int]:
         found = (TASK_RE.search(last_user_text(r.json or {})) for r in api_env.requests)
         return [int(m.group(1)) for m in found if m is not None]
 
-    def shown() -> tuple[list[str], list[str], int]:
+    def shown() -> tuple[list[str], list[str]]:
         info = status(daemon)
         running = [str(a["id"]) for a in info.get("agents", [])]  # type: ignore[attr-defined]
         ahead = [str(c) for c in info.get("claimed_ahead", [])]  # type: ignore[attr-defined]
-        return running, ahead, int(info.get("queue", -1))  # type: ignore[call-overload]
+        return running, ahead
 
     try:
         with running_daemon(daemon):
-            for n in range(4):
+            for n in range(5):
                 (writer / "conversations" / f"t-{n:03d}").mkdir(parents=True)
                 task = writer / "conversations" / f"t-{n:03d}" / "task.md"
                 task.write_text(f"# Task {n}\n\nSay hello.\n", encoding="utf-8")
             jpfs(writer, "sync")
-            # One run, one claimed ahead (three were free: at least 2 x 1 machine x 1
-            # worker), two left queued.
+            # One run, one claimed ahead: three free, two wanted (that one, and the
+            # peer's second).
             wait_until(lambda: len(asked()) == 1, timeout=60, message="the first run")
             wait_until(lambda: len(shown()[1]) == 1, timeout=30, message="a claim ahead")
-            running, ahead, queued = shown()
-            assert len(running) == 1 and queued == 2 and ahead[0] not in running
-            assert len(held_leases(remote)) == 2  # the run's and the one ahead: both claimed
+            running, ahead = shown()
+            assert len(running) == 1 and ahead[0] not in running
+            assert len(held_leases(remote)) == 3  # the run's, the one ahead, the peer's
             shown_text = jpfs(daemon, "daemon", "status")
-            assert "agents: 1 of 1 running, 1 claimed ahead, 2 queued" in shown_text
+            assert "agents: 1 of 1 running, 1 claimed ahead" in shown_text
             first = asked()[0]
 
             gates[first].set()
             wait_until(lambda: len(asked()) == 2, timeout=30, message="the next run")
             assert f"t-{asked()[1]:03d}" == ahead[0]  # the one claimed ahead ran next
-            # Two were free at that pop (2 >= 2): one more ahead, the last one queued.
+            # Two free at that pop, two wanted: one more ahead.
             wait_until(
-                lambda: (now := shown())[2] == 1 and now[1] and now[1][0] != ahead[0],
+                lambda: (now := shown()[1]) != [] and now[0] != ahead[0],
                 timeout=30,
                 message="the third claimed ahead",
             )
             gates[asked()[1]].set()
             wait_until(lambda: len(asked()) == 3, timeout=30, message="the third run")
-            # One left, free: fewer than twice a machine's worth; it waits in the queue.
-            wait_until(lambda: shown()[1:] == ([], 1), message="the last one not claimed ahead")
-            wait_until(lambda: len(held_leases(remote)) == 1, message="the third run's only")
-            for gate in gates.values():
-                gate.set()
+            # One left free, two wanted: the peer's; it waits here for a run slot.
+            wait_until(lambda: shown()[1] == [], message="the last one not claimed ahead")
+            wait_until(lambda: len(held_leases(remote)) == 2, message="the third run's, the peer's")
+            gates[asked()[2]].set()
+            wait_until(lambda: len(asked()) == 4, timeout=30, message="the last free one's run")
+            gates[asked()[3]].set()
             wait_until(
                 lambda: len(list((daemon / "conversations").glob("t-*/result.md"))) == 4,
                 timeout=60,
-                message="every result",
+                message="every result but the peer's",
             )
     finally:
         for gate in gates.values():
             gate.set()
-    assert sorted(asked()) == [0, 1, 2, 3]  # each turn once
+        peer.claimer.give_back("t-004")
+        peer.close()
+    assert sorted(asked()) == [0, 1, 2, 3]  # each turn once; the peer's was never run here
 
 
 @contextlib.contextmanager
