@@ -54,6 +54,7 @@ class SharedRecord:
         self.engine = SyncEngine(
             ws, on_lost=self._lost, on_moved=record_moved, on_observed=pool.reconsider
         )
+        self.engine.running = pool.is_running
         # jpfs query handed to this daemon and its runs' jp_query claim through it too.
         self.claims = claims
         claims.adopt(self.engine, ws)

@@ -85,6 +85,9 @@ class SyncEngine:
         self.on_lost = on_lost or (lambda conv_id: None)
         self.on_moved = on_moved or (lambda before, after: None)  # a peer's record taken in
         self.on_observed = on_observed or (lambda: None)  # the peers' holdings changed
+        # Whether a run of the conversation is still going here (the daemon's pool): a
+        # forfeited one stays forfeit until its cancelled run has stopped writing.
+        self.running: Callable[[str], bool] = lambda conv_id: False
         self.wake = threading.Event()
         # One pull (fetch + integrate) at a time, one push at a time, one fetch at a time
         # (git locks the tracking refs it writes); never one lock over a whole cycle: a
@@ -193,7 +196,10 @@ class SyncEngine:
                 self.stats.merges += int(outcome.kind == "merge")
                 self.on_moved(outcome.before or "", outcome.after or "")
             if outcome.kind in ("merge", "fast-forward", "up-to-date"):
-                self.book.settled(forfeit)
+                # A cancelled run may still commit its late turn: taken in as ours, it
+                # would meet the new holder's next turn as a conflict, a copy of ours
+                # kept beside theirs. Until it has stopped, every merge takes theirs.
+                self.book.settled([conv_id for conv_id in forfeit if not self.running(conv_id)])
             if outcome.conflicts:
                 self.stats.conflicts = (self.stats.conflicts + outcome.conflicts)[-20:]
                 log.warning(

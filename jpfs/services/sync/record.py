@@ -160,7 +160,8 @@ def _merge_trees(
     args = ["merge-tree", "--write-tree", "--allow-unrelated-histories", "--name-only"]
     proc = git.run(repo, [*args, "--no-messages", "-z", ours, theirs], ok=(0, 1))
     tree, *rest = proc.stdout.split("\0")
-    conflicted = sorted({p for p in rest if p})
+    # A forfeited conversation becomes the remote's as a whole: no copy of ours beside.
+    conflicted = sorted({p for p in rest if p and not p.startswith(tuple(forfeit))})
     if not conflicted and not forfeit:
         return tree, []
     with _scratch_index(repo) as env:
@@ -203,10 +204,11 @@ def _merge_trees(
 
 
 def _author_machine(repo: Path, theirs: str, path: str) -> str:
-    """The machine that made their last change of ``path`` (its ``Jpfs-Machine``)."""
-    fmt = "--format=%(trailers:key=Jpfs-Machine,valueonly,separator=)"
+    """The machine that made their last change of ``path`` (its ``Jpfs-Machine``; the
+    first, as a group commit of several changes carries one per change)."""
+    fmt = "--format=%(trailers:key=Jpfs-Machine,valueonly,separator=%x0A)"
     out = git.run(repo, ["log", "-1", fmt, theirs, "--", path], check=False).stdout
-    return _SAFE_TAG.sub("-", out.strip())
+    return _SAFE_TAG.sub("-", next(iter(out.split()), ""))
 
 
 def _blob(repo: Path, commit: str, path: str) -> tuple[str, str] | None:

@@ -227,11 +227,77 @@ def test_an_expired_lease_is_taken_over_and_the_late_work_is_forfeit(
     assert tip == "the turn\n"
     assert "Jpfs-Forfeit: work/" in rgit(ws, "log", "-1", "--format=%B")
     assert rgit(ws, "status", "--porcelain") == ""
+    # Both sides wrote result.md: the remote's is the one, no copy of ours kept beside.
+    assert "conflict" not in rgit(ws, "ls-tree", "-r", "--name-only", "HEAD")
+    assert "Jpfs-Conflict" not in rgit(ws, "log", "-1", "--format=%B")
     # Dropped from the record, never from the disk: saved aside, and said in the log.
     (saved,) = (ws / ".jpfs" / "local" / "forfeited").iterdir()
     assert (saved / conv / "result.md").read_text(encoding="utf-8") == "later still\n"
     assert (saved / conv / "notes.md").read_text(encoding="utf-8") == "mine\n"
     assert not (ws / "conversations" / conv / "notes.md").exists()
+
+
+def test_a_forfeited_conversation_stays_forfeit_while_its_cancelled_run_still_writes(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """A run cancelled when its lease was lost may still commit its late turn after the
+    merge that took the new holder's version in. Taken in as ours, it met the holder's
+    next turn as a conflict (a copy of ours kept beside theirs, in the record). While
+    the run goes on, every merge takes theirs; once it has stopped, the forfeit ends."""
+    remote = share_record(tmp_path, ws, cli, lease="0.5", interval="0.1")
+    other = clone_sharing(remote, tmp_path / "other", cli)
+    slow, fast = engine_at(ws), engine_at(other)
+    still_running = {"work"}
+    slow.running = still_running.__contains__
+    conv = ws / "conversations" / "work"
+    conv.mkdir()
+    (conv / "task.md").write_text("# Work\n", encoding="utf-8")
+    assert cli("sync").code == 0
+    assert slow.claim("work")
+    wait_until(lambda: fast.fetch() is not None and fast.claim("work"), timeout=10, interval=0.1)
+
+    def turn(clone_: Path, text: str) -> None:
+        (clone_ / "conversations" / "work" / "result.md").write_text(text, encoding="utf-8")
+        rgit(clone_, "add", "-A")
+        rgit(clone_, "commit", "-q", "-m", text.strip())
+
+    turn(other, "the turn\n")
+    fast.sync_once()
+    slow.sync_once()  # the lease is lost: the remote's version is taken in
+    assert slow.stats.forfeits == 1 and (conv / "result.md").read_text() == "the turn\n"
+    turn(ws, "late turn\n")  # the cancelled run writes on
+    turn(other, "the next turn\n")  # and so does the new holder
+    fast.sync_once()
+    slow.sync_once()
+    assert (conv / "result.md").read_text(encoding="utf-8") == "the next turn\n"
+    assert "conflict" not in rgit(ws, "ls-tree", "-r", "--name-only", "HEAD")
+    assert slow.book.forfeits() == ["work"]  # its run has not stopped yet
+    still_running.clear()
+    slow.sync_once()
+    assert slow.book.forfeits() == []
+    assert git(remote, "show", "jpfs-record:work/result.md") == "the next turn\n"
+    assert rgit(ws, "status", "--porcelain") == ""
+
+
+def test_a_conflict_copy_is_named_after_the_machine_once(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """A group commit of several changes carries a ``Jpfs-Machine`` trailer per change:
+    the copy of theirs is named after that machine once (``.conflict-desk``, not
+    ``.conflict-deskdesk``)."""
+    remote = share_record(tmp_path, ws, cli)
+    laptop = clone_sharing(remote, tmp_path / "laptop", cli)
+    assert cli("config", "set", "sync.machine", "laptop", cwd=laptop).code == 0
+    for clone_, text in ((ws, "# From the desk\n"), (laptop, "# From the laptop\n")):
+        (clone_ / "conversations" / "notes").mkdir()
+        (clone_ / "conversations" / "notes" / "task.md").write_text(text, encoding="utf-8")
+    rgit(ws, "add", "-A")
+    trailers = "Jpfs-Machine: desk\nJpfs-Event: edit\nJpfs-Machine: desk"
+    rgit(ws, "commit", "-q", "-m", f"jpfs(notes): edit\n\n{trailers}")
+    assert cli("sync").code == 0
+    merged = cli("sync", cwd=laptop)
+    assert merged.code == 0, merged.stderr
+    assert (laptop / "conversations" / "notes" / "task.md.conflict-desk").is_file()
 
 
 @pytest.mark.parametrize(
