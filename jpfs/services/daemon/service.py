@@ -159,10 +159,6 @@ class Daemon:
             )
             self.reconciler.shared = True
             self.reconciler.spread = self.shared.engine.claimer.order
-            self.pool.rank = self.shared.engine.claimer.pick
-            self.pool.spare = self.shared.spare
-            self.pool.resize(self.pool.size, ahead=self.pool.size)  # a claim ahead per slot
-            self.pool.hold_max = self.shared.engine.book.duration  # a lease (sync.md)
 
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(

@@ -55,6 +55,12 @@ class SharedRecord:
             ws, on_lost=self._lost, on_moved=record_moved, on_observed=pool.reconsider
         )
         self.engine.running = pool.is_running
+        # The pool claims: in an order its peers seldom collide with, up to a claim
+        # ahead per run slot while the peers keep their share, each held a lease at most.
+        pool.rank = self.engine.claimer.pick
+        pool.spare = self.spare
+        pool.resize(pool.size, ahead=pool.size)
+        pool.hold_max = self.engine.book.duration
         # jpfs query handed to this daemon and its runs' jp_query claim through it too.
         self.claims = claims
         claims.adopt(self.engine, ws)

@@ -233,7 +233,9 @@ def test_two_daemons_over_ssh_each_turn_once_across_a_sigkill(
             shown = wait_until(synced, timeout=30, message="d2's sync status")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; last said {said}") from exc
-        assert int(shown["takeovers"]) >= 1  # type: ignore[index]
+        log = daemons[1] / ".jpfs" / "local" / "daemon.log"
+        said_log = "\n".join(log.read_text(encoding="utf-8").splitlines()[-60:])
+        assert int(shown["takeovers"]) >= 1, f"{shown}\nd2's log:\n{said_log}"  # type: ignore[index]
     finally:
         gate.set()
         for ws in daemons:
