@@ -15,7 +15,8 @@ slot over at once. Only while ``spare(queued)`` says so (the shared record's est
 one more claim ahead still leaves every peer at work the free work its next runs
 want), and once the runs taken in a slot have started: near the end of the work, a
 conversation claimed ahead would wait here for a slot while another machine sat idle
-(protocol/sync.md, "While peers keep their share, the next claims are made ahead").
+(protocol/sync.md, "While every peer keeps its share, the next claims are made
+ahead").
 What ``spare`` says changes with each fetch of the peers' leases: :meth:`Pool.reconsider`.
 """
 

@@ -68,7 +68,7 @@ def integrate(
     edit made meanwhile) would block the merge for ever: they are copied under
     ``aside`` and dropped, so the conversation becomes what the remote holds."""
     ref = f"refs/heads/{branch}"
-    moved_to = ""  # the tip whose files a lost attempt left in the worktree
+    moved = False  # an attempt lost with their files in the worktree already
     for _attempt in range(_ATTEMPTS):
         ours = resolve(worktree, ref)
         if ours is None:
@@ -84,7 +84,7 @@ def integrate(
             new = _merge_commit(worktree, tree, ours, theirs, remote, conflicts, forfeit)
         if forfeit and aside is not None:
             _clear(worktree, forfeit, aside)
-        busy = _checkout(worktree, ours, new, wait=bool(moved_to))
+        busy = _checkout(worktree, ours, new, wait=moved)
         if busy:
             return Integration("busy", ours, ours, reason=busy)
         proc = git.run(
@@ -99,7 +99,7 @@ def integrate(
         # Their files must not stay there with the branch short of them: the daemon
         # would take them for a human's edit and commit them as one. So the next
         # attempts wait out the index lock (that commit's, most likely) to finish.
-        moved_to = new
+        moved = True
     return Integration("busy", reason=f"{branch} kept moving under {_ATTEMPTS} attempts")
 
 
