@@ -3,6 +3,7 @@
     runner.py     the git program: argv lists only, one translation into GitError
     refs.py       refs and ancestry read in process (pygit2)
     remote.py     fetch, and atomic compare-and-swap pushes
+    checkout.py   a work tree moved between two commits (read-tree -m -u), as merges do
     treediff.py   a branch's tip and what its commits changed (pygit2)
     objects.py    objects read and written in process for a few services (pygit2)
     untracked.py  the files git does not track, cached by directory stamps

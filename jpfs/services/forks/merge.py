@@ -29,7 +29,6 @@ without them, silently reverting the child's work.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +38,7 @@ from jpfs.core.conversation import Conversation
 from jpfs.core.workspace import Workspace
 from jpfs.errors import GitError, MergeConflict, StateError
 from jpfs.infra import git
+from jpfs.infra.git import checkout
 from jpfs.infra.git.refs import is_ancestor
 from jpfs.services.forks.branches import (
     commit_edits,
@@ -53,7 +53,6 @@ from jpfs.services.forks.branches import (
 if TYPE_CHECKING:
     from jpfs.infra.committer import Identity
 
-LOCK_WAIT = 5.0
 _IN_PROGRESS = ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply")
 _QUOTED = re.compile(r"'([^']+)'")
 
@@ -213,28 +212,18 @@ def _merged_tree(root: Path, ours: str, theirs: str, label: str) -> str:
 
 def _switch(root: Path, old: str, new: str, label: str) -> None:
     """``read-tree -m -u old new`` (index + working tree), waiting out a busy index.lock."""
-    deadline = time.monotonic() + LOCK_WAIT
-    delay = 0.005
-    while True:
-        git.run(root, ["update-index", "-q", "--refresh"], ok=(0, 1, 128))
-        proc = git.run(root, ["read-tree", "-m", "-u", old, new], ok=(0, 128))
-        err = proc.stderr
-        if proc.returncode == 0:
-            return
-        if "index.lock" in err and time.monotonic() < deadline:
-            # The committer or a user's git command holds the index: git's own answer
-            # to a busy lock file is to poll it.
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
-            continue
-        paths = sorted(set(_QUOTED.findall(err)))
-        if not paths or "index.lock" in err:
-            raise GitError(f"{label}: {git.complaint(err) or 'read-tree failed'}")
-        raise MergeConflict(
-            f"{label} would overwrite uncommitted changes in {_paths(paths)};"
-            " nothing was changed. Commit or stash them, then retry",
-            paths,
-        )
+    proc = checkout.switch(root, old, new, lock_wait=checkout.LOCK_WAIT)
+    if proc.returncode == 0:
+        return
+    err = proc.stderr
+    paths = sorted(set(_QUOTED.findall(err)))
+    if not paths or "index.lock" in err:
+        raise GitError(f"{label}: {git.complaint(err) or 'read-tree failed'}")
+    raise MergeConflict(
+        f"{label} would overwrite uncommitted changes in {_paths(paths)};"
+        " nothing was changed. Commit or stash them, then retry",
+        paths,
+    )
 
 
 def _paths(paths: list[str]) -> str:

@@ -32,13 +32,12 @@ from pathlib import Path
 from jpfs.core import recordbranch
 from jpfs.errors import GitError
 from jpfs.infra import git
+from jpfs.infra.git import checkout
 from jpfs.infra.git.refs import is_ancestor, resolve
 
 log = logging.getLogger("jpfs.services.sync")
 
 _ATTEMPTS = 5
-# How long a merge whose worktree moved waits for a busy index lock (forks.merge's too).
-LOCK_WAIT = 5.0
 _SAFE_TAG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -133,20 +132,9 @@ def _clear(worktree: Path, prefixes: Sequence[str], aside: Path) -> None:
 
 def _checkout(worktree: Path, ours: str, new: str, *, wait: bool = False) -> str:
     """Move the worktree's files and index from ``ours`` to ``new``; "" or why not.
-    ``wait``: a busy index lock is waited out, at most :data:`LOCK_WAIT` (git's own
-    answer to a busy lock file is to poll it), rather than reported at once."""
-    args = ["read-tree", "-m", "-u", ours, new]
-    deadline, delay = time.monotonic() + LOCK_WAIT, 0.005
-    proc = git.run(worktree, args, check=False)
-    while proc.returncode != 0:
-        # Stale stat data makes read-tree think a file changed: refresh once and retry.
-        git.run(worktree, ["update-index", "-q", "--refresh"], check=False)
-        proc = git.run(worktree, args, check=False)
-        locked = "index.lock" in proc.stderr
-        if not (wait and locked and time.monotonic() < deadline):
-            break
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+    ``wait``: a busy index lock is waited out (at most :data:`checkout.LOCK_WAIT`)
+    rather than reported at once."""
+    proc = checkout.switch(worktree, ours, new, lock_wait=checkout.LOCK_WAIT if wait else 0.0)
     if proc.returncode == 0:
         return ""
     # Its first line: read-tree's last ones are advice ("Aborting", "remove the file
