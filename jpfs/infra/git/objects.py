@@ -36,17 +36,18 @@ def _open(repo: Path) -> pygit2.Repository:
 
 class Tip:
     """Read-only view of the tree of ``root``'s HEAD (the daemon reads the record's:
-    ``root`` is the record worktree), taken anew by :meth:`refresh`."""
+    ``root`` is the record worktree), or of commit ``rev``, taken anew by :meth:`refresh`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, rev: str = "HEAD") -> None:
         self._repo = _open(root)
+        self._rev = rev
         self._tip: str | None = None
         self._tree: pygit2.Tree | None = None
 
     def refresh(self) -> str | None:
         """The tip's commit id (None on an unborn branch), its tree read if it moved."""
         try:
-            commit = self._repo.revparse_single("HEAD")
+            commit = self._repo.revparse_single(self._rev)
         except KeyError:  # an unborn branch: nothing committed yet
             self._tip, self._tree = None, None
             return None

@@ -144,11 +144,13 @@ def dirty(
     head: Tip,
     paths: set[str],
     on_error: Callable[[str], None] = lambda _: None,
+    merging: Tip | None = None,
 ) -> dict[str, list[str]]:
     """Files among ``paths`` (root-relative, directories expanded) that differ from
     HEAD, by conversation. A name that is not valid UTF-8 is left out and reported
     (:func:`unnamed`): it cannot be a path of the record, and must not hold up the files
-    around it."""
+    around it. ``merging``: the commit a sync is moving the worktree to, ahead of the
+    branch: a file as it has it is the sync's, not an edit."""
     if not paths:
         return {}
     head.refresh()
@@ -157,7 +159,9 @@ def dirty(
         if unnamed(path, on_error):
             continue
         for rel in expand(ws, head, path):
-            if not unnamed(rel, on_error) and differs(ws, head, rel):
+            if unnamed(rel, on_error) or not differs(ws, head, rel):
+                continue
+            if merging is None or differs(ws, merging, rel):
                 groups.setdefault(conv_of(rel)[0], set()).add(rel)
     return {conv_id: sorted(rels) for conv_id, rels in groups.items()}
 

@@ -96,6 +96,10 @@ class Reconciler:
         self.fault_wait = Backoff(first=1.0, most=FAULT_WAIT_MAX)  # repository fault
         self.seen = Seen()  # id -> (signature, need) at the last look
         self.head: Tip | None = None
+        # With peers: the commit a merge is writing into the worktree ahead of the branch
+        # (SyncEngine.merging), and a view of its tree.
+        self.merging: Callable[[], str | None] = lambda: None
+        self._merged: tuple[str, Tip] | None = None
         # Peers share the record (sync.remote): adopting and recording an error are
         # claimed like a run, so they happen in the pool, under the conversation's lease.
         self.shared = False
@@ -323,7 +327,13 @@ class Reconciler:
 
     def dirty(self, paths: set[str]) -> dict[str, list[str]]:
         assert self.head is not None
-        return edits.dirty(self.ws, self.head, paths, self.on_error)
+        commit = self.merging()
+        if commit is not None and (self._merged is None or self._merged[0] != commit):
+            merged = Tip(self.ws.conv_root, rev=commit)
+            merged.refresh()
+            self._merged = (commit, merged)
+        merging = self._merged[1] if commit is not None and self._merged else None
+        return edits.dirty(self.ws, self.head, paths, self.on_error, merging)
 
     def conclude(self, item: Serving, committed: set[str]) -> None:
         """Still under the lock: what the committed files call for; record a broken one."""

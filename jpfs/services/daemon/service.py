@@ -159,6 +159,7 @@ class Daemon:
             )
             self.reconciler.shared = True
             self.reconciler.spread = self.shared.engine.claimer.order
+            self.reconciler.merging = lambda: self.shared.engine.merging if self.shared else None
 
     def serve_queries(self) -> None:
         self.queries = queryserver.QueryServer(

@@ -88,6 +88,9 @@ class SyncEngine:
         # Whether a run of the conversation is still going here (the daemon's pool): a
         # forfeited one stays forfeit until its cancelled run has stopped writing.
         self.running: Callable[[str], bool] = lambda conv_id: False
+        # The commit whose files a merge is writing, or left, in the record worktree
+        # before the branch moved to it (None once it has): they are no human's edit.
+        self.merging: str | None = None
         self.wake = threading.Event()
         # One pull (fetch + integrate) at a time, one push at a time, one fetch at a time
         # (git locks the tracking refs it writes); never one lock over a whole cycle: a
@@ -191,11 +194,13 @@ class SyncEngine:
                     remote=self.remote,
                     forfeit=prefixes,
                     aside=self.ws.local_dir / "forfeited",
+                    writing=self._writing,
                 )
             if outcome.kind in ("merge", "fast-forward"):
                 self.stats.merges += int(outcome.kind == "merge")
                 self.on_moved(outcome.before or "", outcome.after or "")
             if outcome.kind in ("merge", "fast-forward", "up-to-date"):
+                self.merging = None
                 # A cancelled run may still commit its late turn: taken in as ours, it
                 # would meet the new holder's next turn as a conflict, a copy of ours
                 # kept beside theirs. Until it has stopped, every merge takes theirs.
@@ -213,6 +218,9 @@ class SyncEngine:
                 )
             self._busy = outcome.reason if outcome.kind == "busy" else ""
             return outcome
+
+    def _writing(self, commit: str) -> None:
+        self.merging = commit
 
     def pull_since(self, moment: float) -> Integration:
         """A pull that started after ``moment``: one already made (claims made together

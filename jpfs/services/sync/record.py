@@ -25,7 +25,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,12 +60,15 @@ def integrate(
     remote: str,
     forfeit: Sequence[str] = (),
     aside: Path | None = None,
+    writing: Callable[[str], None] = lambda new: None,
 ) -> Integration:
     """Bring commit ``theirs`` into ``branch``, checked out at ``worktree``.
 
     Files of a forfeited conversation not committed here (the cancelled run's, or an
     edit made meanwhile) would block the merge for ever: they are copied under
-    ``aside`` and dropped, so the conversation becomes what the remote holds."""
+    ``aside`` and dropped, so the conversation becomes what the remote holds.
+    ``writing(new)``: said before the worktree's files are moved to commit ``new``
+    (they are there before the branch is, and stay if this ends "busy")."""
     ref = f"refs/heads/{branch}"
     moved = False  # an attempt lost with their files in the worktree already
     for _attempt in range(_ATTEMPTS):
@@ -83,6 +86,7 @@ def integrate(
             new = _merge_commit(worktree, tree, ours, theirs, remote, conflicts, forfeit)
         if forfeit and aside is not None:
             _clear(worktree, forfeit, aside)
+        writing(new)
         busy = _checkout(worktree, ours, new, wait=moved)
         if busy:
             return Integration("busy", ours, ours, reason=busy)

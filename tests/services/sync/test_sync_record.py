@@ -24,6 +24,7 @@ from tests.conftest import (
     git,
     held_leases,
     rgit,
+    running_daemon,
     share_record,
     use_only_agent,
     wait_until,
@@ -235,6 +236,59 @@ def test_an_expired_lease_is_taken_over_and_the_late_work_is_forfeit(
     assert (saved / conv / "result.md").read_text(encoding="utf-8") == "later still\n"
     assert (saved / conv / "notes.md").read_text(encoding="utf-8") == "mine\n"
     assert not (ws / "conversations" / conv / "notes.md").exists()
+
+
+def test_a_peers_files_a_merge_left_ahead_of_the_branch_are_no_human_edit(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """A merge writes a peer's files into the record worktree before it moves the branch;
+    while its branch update keeps losing (a hook aborts it, as a compare-and-swap lost to
+    ever newer local commits is), they sit there ahead of the branch. The daemon must
+    not take them for a human's edit: a human's edit made meanwhile is committed, the
+    peer's files come in with the merge once it lands, and no edit commit carries them."""
+    remote = share_record(tmp_path, ws, cli, interval="0.3", lease="3", machine="desk")
+    laptop = clone_sharing(remote, tmp_path / "laptop", cli)
+    assert cli("config", "set", "sync.machine", "laptop", cwd=laptop).code == 0
+    marker = tmp_path / "let-merges-land"
+    common = Path(rgit(ws, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+    script = common / "hooks" / "reference-transaction"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = prepared ] || exit 0\n'
+        "grep -q ' refs/heads/jpfs-record$' || exit 0\n"
+        f"[ -e '{marker}' ] && exit 0\n"
+        "exit 1\n",
+        encoding="utf-8",
+    )
+    script.chmod(0o755)
+    theirs = ws / "conversations" / "shared" / "notes.md"
+    with running_daemon(ws):
+        (laptop / "conversations" / "shared").mkdir()
+        (laptop / "conversations" / "shared" / "notes.md").write_text("theirs\n", encoding="utf-8")
+        assert cli("sync", cwd=laptop).code == 0
+        wait_until(theirs.exists, timeout=30, message="the peer's file in the worktree")
+        assert "shared/notes.md" not in rgit(ws, "ls-tree", "-r", "--name-only", "HEAD")
+        # A human edit after it: once that is committed, the daemon has looked at the
+        # peer's file too, a settle after it appeared.
+        (ws / "conversations" / "mine").mkdir()
+        (ws / "conversations" / "mine" / "notes.md").write_text("mine\n", encoding="utf-8")
+        wait_until(
+            lambda: rgit(ws, "log", "--format=%H", "-1", "--", "mine/notes.md") != "",
+            timeout=30,
+            message="the human edit committed",
+        )
+        marker.write_text("", encoding="utf-8")
+        wait_until(
+            lambda: "shared/notes.md" in rgit(ws, "ls-tree", "-r", "--name-only", "HEAD"),
+            timeout=30,
+            message="the merge landed",
+        )
+    fmt = "--format=%(trailers:key=Jpfs-Event,valueonly,separator=,) by %(trailers:key=Jpfs-Machine,valueonly,separator=,)"
+    made = rgit(ws, "log", fmt, "--", "shared").split("\n")
+    assert "edit by laptop" in made  # the laptop's human wrote it
+    assert [line for line in made if "desk" in line] == []  # never an edit of the desk's
+    assert rgit(ws, "status", "--porcelain") == ""
 
 
 def test_a_forfeited_conversation_stays_forfeit_while_its_cancelled_run_still_writes(
