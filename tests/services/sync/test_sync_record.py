@@ -250,18 +250,7 @@ def test_a_peers_files_a_merge_left_ahead_of_the_branch_are_no_human_edit(
     laptop = clone_sharing(remote, tmp_path / "laptop", cli)
     assert cli("config", "set", "sync.machine", "laptop", cwd=laptop).code == 0
     marker = tmp_path / "let-merges-land"
-    common = Path(rgit(ws, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
-    script = common / "hooks" / "reference-transaction"
-    script.parent.mkdir(exist_ok=True)
-    script.write_text(
-        "#!/bin/sh\n"
-        '[ "$1" = prepared ] || exit 0\n'
-        "grep -q ' refs/heads/jpfs-record$' || exit 0\n"
-        f"[ -e '{marker}' ] && exit 0\n"
-        "exit 1\n",
-        encoding="utf-8",
-    )
-    script.chmod(0o755)
+    abort_record_updates(ws, marker)
     theirs = ws / "conversations" / "shared" / "notes.md"
     with running_daemon(ws):
         (laptop / "conversations" / "shared").mkdir()
@@ -502,6 +491,26 @@ def test_a_sync_that_cannot_merge_says_nothing_was_pushed_and_what_to_do(
     assert (ws / "conversations" / "new" / "task.md").is_file()
 
 
+def abort_record_updates(ws: Path, marker: Path, then: str = "") -> None:
+    """A ``reference-transaction`` hook in ``ws``'s repository that aborts every git
+    update of the record branch (a merge's), as a lost compare-and-swap is, until
+    ``marker`` exists; ``then``: shell run before each abort. (jpfs's own commits move
+    the branch in process: no hook runs for them.)"""
+    common = Path(rgit(ws, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+    script = common / "hooks" / "reference-transaction"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = prepared ] || exit 0\n'
+        "grep -q ' refs/heads/jpfs-record$' || exit 0\n"
+        f"[ -e '{marker}' ] && exit 0\n"
+        f"{then}\n"
+        "exit 1\n",
+        encoding="utf-8",
+    )
+    script.chmod(0o755)
+
+
 def test_a_merge_whose_branch_update_loses_leaves_no_file_beside_the_branch(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
@@ -516,27 +525,18 @@ def test_a_merge_whose_branch_update_loses_leaves_no_file_beside_the_branch(
     assert cli("sync", cwd=laptop).code == 0
     write_task(ws, "mine", "# Mine\n")
     gitdir = Path(rgit(ws, "rev-parse", "--absolute-git-dir").strip())
-    common = Path(rgit(ws, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
     marker, lock = tmp_path / "aborted-once", gitdir / "index.lock"
-    script = common / "hooks" / "reference-transaction"
-    script.parent.mkdir(exist_ok=True)
-    # The first update of the record branch (the merge's) is aborted, as a lost
-    # compare-and-swap is, and the index is held 0.3 s by "another git command".
-    script.write_text(
-        "#!/bin/sh\n"
-        '[ "$1" = prepared ] || exit 0\n'
-        "grep -q ' refs/heads/jpfs-record$' || exit 0\n"
-        f"[ -e '{marker}' ] && exit 0\n"
-        f": > '{marker}'; : > '{lock}'\n"
-        f"(sleep 0.3; rm -f '{lock}') >/dev/null 2>&1 &\n"
-        "exit 1\n",
-        encoding="utf-8",
+    # The first update of the record branch (the merge's) is aborted, and the index is
+    # held 0.3 s by "another git command".
+    abort_record_updates(
+        ws,
+        marker,
+        then=f": > '{marker}'; : > '{lock}'; (sleep 0.3; rm -f '{lock}') >/dev/null 2>&1 &",
     )
-    script.chmod(0o755)
     done = cli("sync")
     assert done.code == 0, done.stderr
     assert marker.exists()  # the first attempt lost
-    wait_until(lambda: not lock.exists(), 10, "the index lock's holder to let it go")
+    wait_until(lambda: not lock.exists(), 10, message="the index lock's holder to let it go")
     assert rgit(ws, "status", "--porcelain", "--untracked-files=all") == ""
     listed = rgit(ws, "ls-tree", "-r", "--name-only", "HEAD").split()
     assert {"theirs/task.md", "mine/task.md"} <= set(listed)
