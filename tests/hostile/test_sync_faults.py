@@ -91,3 +91,28 @@ def test_a_release_naming_a_commit_nobody_has_makes_the_claim_ask_the_remote(
     timings = engine.timings.snapshot()
     assert timings["claim-fetch"]["count"] == 1 and "claim-known" not in timings
     assert report.status(engine)["leases_held"] == ["job"]
+
+
+def test_junk_under_the_presence_refs_names_no_machine_and_breaks_nothing(
+    tmp_path: Path, ws: Path, cli: Callable[..., Result]
+) -> None:
+    """A tree, a blob and a stray commit where machines say they are there: no machine
+    is made up from them, the daemon's own presence goes beside them, and its status is
+    clean."""
+    remote = share_record(tmp_path, ws, cli, interval="0.2", machine="desk")
+    empty_tree = git(ws, "hash-object", "-w", "-t", "tree", "/dev/null").strip()
+    said = tmp_path / "said.txt"
+    said.write_text("Jpfs-Present: blob\n", encoding="utf-8")
+    blob = git(ws, "hash-object", "-w", str(said)).strip()
+    stray = git(ws, "commit-tree", empty_tree, "-m", "not a presence\n\nJpfs-Present:\n").strip()
+    for name, oid in (("tree", empty_tree), ("blob", blob), ("stray", stray)):
+        git(ws, "push", "-q", "origin", f"{oid}:refs/jpfs/machines/{name}")
+    with running_daemon(ws):
+        wait_until(
+            lambda: sync_status(ws).get("present") == ["desk"],
+            timeout=20,
+            message="the daemon's own presence, and no other",
+        )
+        assert not sync_status(ws)["last_error"]
+    listed = git(remote, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/jpfs/machines/")
+    assert sorted(listed.split()) == ["blob", "stray", "tree"]  # left for the sweep, in time

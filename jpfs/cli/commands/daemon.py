@@ -94,14 +94,16 @@ def render(data: dict[str, Any]) -> str:
         )
     sync = data.get("sync")
     if sync:
-        peers = ", ".join(f"{name} ({held})" for name, held in sorted(sync["peers"].items()))
+        holding = sorted(sync["peers"].items())
+        idle = sorted(set(sync.get("present", ())) - set(sync["peers"]) - {sync["machine"]})
+        peers = ", ".join([*(f"{name} ({held})" for name, held in holding), *idle])
         fetched = sync.get("last_fetch_s")
         lines.append(
             f"sync: {sync['remote']} as {sync['machine']}; {len(sync['leases_held'])} lease(s)"
             f" held, {sync['leases_on_remote']} on the remote"
             + (f"; fetched {fetched:g}s ago" if fetched is not None else "; not fetched yet")
             + f"; {sync.get('ahead', 0)} commit(s) to push, {sync.get('behind', 0)} to merge"
-            + f"; peers: {peers or 'none holding leases'}"
+            + f"; peers: {peers or 'none seen'}"
         )
         for path in sync.get("conflicts") or []:
             lines.append(f"  conflict kept beside: {path}")

@@ -52,7 +52,11 @@ class SharedRecord:
         self.look_again_in = look_again_in
         self.fail = fail
         self.engine = SyncEngine(
-            ws, on_lost=self._lost, on_moved=record_moved, on_observed=pool.reconsider
+            ws,
+            on_lost=self._lost,
+            on_moved=record_moved,
+            on_observed=pool.reconsider,
+            announce=True,
         )
         self.engine.running = pool.is_running
         # The pool claims: in an order its peers seldom collide with, up to a claim

@@ -65,6 +65,7 @@ def run(
             # Woken: a run ended, its work to push.
             engine.sync_once(eager=woken, fetch=fetch)
             engine.sweep()
+            engine.announce()
             engine.stats.last_error = ""
             failed = False
         except Contended as exc:

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from jpfs.core.record import machine_name
 from jpfs.core.workspace import Workspace
@@ -26,7 +26,7 @@ from jpfs.errors import Contended, GitError
 from jpfs.infra import git
 from jpfs.infra.git import refs, ssh
 from jpfs.infra.git import remote as gitremote
-from jpfs.infra.git.remote import Update
+from jpfs.infra.git.remote import PushResult, Update
 from jpfs.services.sync import leaks
 from jpfs.services.sync.batch import ALLOW
 from jpfs.services.sync.claiming import Claimer
@@ -40,8 +40,10 @@ from jpfs.services.sync.leases import (
     timing,
 )
 from jpfs.services.sync.outgoing import assemble
+from jpfs.services.sync.presence import MACHINES_NS, Presence
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
+from jpfs.services.sync.upkeep import Upkeep
 
 log = logging.getLogger("jpfs.services.sync")
 
@@ -58,10 +60,12 @@ class SyncEngine:
         on_moved: Callable[[str, str], None] | None = None,
         on_observed: Callable[[], None] | None = None,
         share: bool = True,
+        announce: bool = False,
     ) -> None:
         """``share``: reuse one SSH connection for all of this engine's git commands
         (a process that makes many: a daemon, runs without one); ``jpfs sync`` by hand
-        makes a few and leaves no connection behind."""
+        makes a few and leaves no connection behind. ``announce``: keep a presence ref
+        on the remote (:meth:`announce`; a daemon's engine)."""
         self.ws = ws
         settings = ws.config.sync
         self.remote = settings.remote
@@ -79,6 +83,7 @@ class SyncEngine:
         self.via = self.ssh.settings
         self.track_record = f"refs/jpfs/sync/{self.remote}/record"
         self.track_leases = f"refs/jpfs/sync/{self.remote}/leases/"
+        self.track_machines = f"refs/jpfs/sync/{self.remote}/machines/"
         self.book = LeaseBook(self.repo, self.machine, self.incarnation, lease)
         self.stats = SyncStats()
         self.timings = Timings()
@@ -105,11 +110,14 @@ class SyncEngine:
         # Commits to push are scanned for secrets, once each (jpfs.services.sync.leaks).
         self.scan = settings.scan
         self._scanned: set[str] = set()
-        # When the fetch whose leases the book holds began; released leases are swept
-        # from the remote once unchanged this long (protocol/sync.md, "Claims").
+        # When the fetch whose leases the book holds began.
         self.observed_at = float("-inf")
-        self.tombstone_age = max(2 * lease, TOMBSTONE_MIN_AGE)
-        self._swept = time.monotonic()
+        # A presence lives as long as a tombstone (protocol/sync.md, "A daemon says it is there").
+        age = max(2 * lease, TOMBSTONE_MIN_AGE)
+        self.presence = Presence(self.machine, self.incarnation, age, self.book.commit)
+        self.upkeep = Upkeep(
+            self.book, self.presence, age, self._push_alone, remote=self.remote, announcing=announce
+        )
         self.claimer = Claimer(self)
         if refs.resolve(self.repo, self.track_record) is None:
             # Cloned or fetched with git: a view of the remote's record too (pushes stay CAS).
@@ -239,13 +247,17 @@ class SyncEngine:
                 refs.messages_under(self.repo, self.track_leases), self.track_leases
             )
             self.book.observe(found.values, found.released)
+            machines = refs.messages_under(self.repo, self.track_machines)
+            self.presence.observe(machines, self.track_machines, began)
             self.observed_at = began
-            # Who picks what first (Claimer.rank): the machines holding leases, and those
+            # Who picks what first (Claimer.rank): the machines holding leases, those
             # that released one lately (tombstones live a minute or more), so that a
-            # machine between two runs keeps its share.
-            working = (set(found.peers) | found.releasers) - {""}
+            # machine between two runs keeps its share, and those whose daemons said
+            # they are there (before any lease: a cold start's picks do not collide).
+            present = self.presence.present(began)
+            working = (set(found.peers) | found.releasers | present) - {""}
             changed = (found.peers, working) != (self.stats.peers, self.stats.working)
-            self.stats.peers, self.stats.working = found.peers, working
+            self.stats.peers, self.stats.working, self.stats.present = found.peers, working, present
             # Last: a status that shows this fetch shows what it found.
             self.stats.fetches += 1
             self.stats.last_fetch = time.time()
@@ -257,6 +269,7 @@ class SyncEngine:
         specs = [
             f"+refs/heads/{self.branch}:{self.track_record}",
             f"+{LEASE_NS}*:{self.track_leases}*",
+            f"+{MACHINES_NS}*:{self.track_machines}*",
         ]
         common = self.common_ground()
         with self.timings.step("fetch"), self._reaching():
@@ -383,17 +396,17 @@ class SyncEngine:
         return self.book.wait_for(conv_id)
 
     def sweep(self) -> None:
-        """Delete the released leases seen unchanged for ``tombstone_age`` seconds (any
-        machine may: each deletion is a compare-and-swap of its own)."""
-        now = time.monotonic()
-        if now - self._swept < self.tombstone_age / 2:
-            return
-        self._swept = now
-        stale = [Update(ref, None, oid) for ref, oid in self.book.tombstones(self.tombstone_age)]
-        if stale:
-            with self.timings.step("sweep"):
-                gitremote.push(self.repo, self.remote, stale, atomic=False, via=self.via)
+        self.upkeep.sweep()
+
+    def announce(self) -> None:
+        self.upkeep.announce()
+
+    def _push_alone(self, step: str, updates: Sequence[Update], atomic: bool) -> PushResult:
+        with self.timings.step(step), self._reaching():
+            return gitremote.push(self.repo, self.remote, updates, atomic=atomic, via=self.via)
 
     def close(self) -> None:
-        """End the shared SSH connections (the engine's git commands are done)."""
+        """Delete our presence, and end the shared SSH connections (the engine's git
+        commands are done)."""
+        self.upkeep.leave()
         self.ssh.close()

@@ -247,12 +247,12 @@ class LeaseBook:
             f"Jpfs-Lease-Seconds: {self.duration:g}\n"
             f"Jpfs-Lease-Pid: {os.getpid()}\n"
         )
-        return self._commit(message), seq
+        return self.commit(message), seq
 
     def tombstone(self, conv_id: str, record: str) -> str:
         """The value a lease is released to: it names the record commit that holds the
         work done under it (and no holder)."""
-        return self._commit(
+        return self.commit(
             f"jpfs lease released: {conv_id}\n\n"
             f"Jpfs-Conversation: {conv_id}\n"
             f"Jpfs-Released: {record}\n"
@@ -275,7 +275,7 @@ class LeaseBook:
             self._root = self._store.empty_commit(LEASE_ROOT, [], epoch=True)
         return self._root
 
-    def _commit(self, message: str) -> str:
+    def commit(self, message: str) -> str:
         # In process (no git process per lease: a push renews every lease held).
         with self._lock:
             root = self._root_locked()

@@ -46,6 +46,7 @@ class SyncStats:
     conflicts: list[str] = field(default_factory=list)
     peers: dict[str, int] = field(default_factory=dict)  # machine -> leases held
     working: set[str] = field(default_factory=set)  # holding leases, or released lately
+    present: set[str] = field(default_factory=set)  # whose daemons said they are there
 
     def report(self, now: float) -> dict[str, Any]:
         """The counters as ``daemon status`` shows them (``now``: the wall clock)."""
@@ -53,6 +54,7 @@ class SyncStats:
             "last_fetch_s": round(now - self.last_fetch, 1) if self.last_fetch else None,
             "last_push_s": round(now - self.last_push, 1) if self.last_push else None,
             "peers": self.peers,
+            "present": sorted(self.present),
             "claims_won": self.claims_won,
             "claims_lost": self.claims_lost,
             "takeovers": self.takeovers,

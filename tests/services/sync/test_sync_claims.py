@@ -619,8 +619,8 @@ def test_released_leases_are_swept_once_old(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
     remote, _peer, ours, theirs = two_clones(ws, tmp_path, cli, lease="0.6", interval="0.2")
-    assert ours.tombstone_age == 60.0  # 2 x sync.lease, and at least a minute
-    ours.tombstone_age = 1.2  # here, not to wait a minute
+    assert ours.upkeep.age == 60.0  # 2 x sync.lease, and at least a minute
+    ours.upkeep.age = 1.2  # here, not to wait a minute
     assert theirs.claim("job")
     theirs.release("job")
     theirs.sync_once()
