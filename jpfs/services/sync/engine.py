@@ -406,7 +406,9 @@ class SyncEngine:
             return gitremote.push(self.repo, self.remote, updates, atomic=atomic, via=self.via)
 
     def close(self) -> None:
-        """Delete our presence, and end the shared SSH connections (the engine's git
-        commands are done)."""
-        self.upkeep.leave()
+        """Delete our presence (unless the remote stopped answering: a stop does not
+        wait on it; peers sweep it in time), and end the shared SSH connections (the
+        engine's git commands are done)."""
+        if not self.stats.unreachable_since:
+            self.upkeep.leave()
         self.ssh.close()

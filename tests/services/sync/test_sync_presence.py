@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jpfs.core.workspace import open_workspace
+from jpfs.errors import GitError
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync.engine import SyncEngine
 from jpfs.services.sync.presence import MACHINES_NS, Presence, machine_ref
@@ -172,6 +173,23 @@ def test_a_presence_left_behind_stops_counting_and_is_swept(
 
     wait_until(swept, timeout=20, interval=0.1, message="the presence left behind swept")
     assert laptop.stats.working == set()
+    laptop.close()
+
+
+def test_a_stop_does_not_wait_on_a_remote_that_stopped_answering(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    remote, desk, laptop = engines(ws, tmp_path, cli)
+    desk.sync_once()
+    desk.announce()
+    remote.rename(tmp_path / "gone.git")
+    with pytest.raises(GitError):
+        desk.fetch()
+    assert desk.stats.unreachable_since
+    desk.close()  # no push tried: over a network, one could hang until ssh gives up
+    assert desk.timings.snapshot()["present"]["count"] == 1
+    (tmp_path / "gone.git").rename(remote)
+    assert presence_refs(remote) == [machine_ref("desk")]  # left for the peers' sweep
     laptop.close()
 
 
