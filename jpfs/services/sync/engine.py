@@ -300,6 +300,15 @@ class SyncEngine:
             if record and ours is not None and theirs is not None and ours != theirs:
                 # Never force theirs away: push only what contains it.
                 record = refs.is_ancestor(self.repo, theirs, ours)
+            if record and ours is not None and theirs is not None and ours != theirs:
+                # A cancelled run's late turn, committed after the merge that took the
+                # new holder's version: not sent; the next merge takes theirs again.
+                late = [
+                    c
+                    for c in self.book.forfeits()
+                    if refs.changed_since_fork(self.repo, theirs, ours, c)
+                ]
+                record = not late
             send = record and ours is not None and ours != theirs
             if send and ours is not None and self.scan:
                 found = leaks.find(self.repo, theirs, ours, self._scanned)
