@@ -453,7 +453,7 @@ def scaling(
     }
     print_table(
         "git processes reaching the remote per turn, all daemons summed"
-        " (fetch, push, renew, claim-push, claim-fetch, give-back, sweep)",
+        f" ({', '.join(REMOTE_STEPS)})",
         ["daemons", "per turn"],
         [[str(n), f"{per:.2f}"] for n, per in trips.items()],
     )

@@ -39,7 +39,7 @@ from jpfs.services.sync.leases import (
     read_remote,
     timing,
 )
-from jpfs.services.sync.outgoing import assemble
+from jpfs.services.sync.outgoing import assemble, sendable
 from jpfs.services.sync.presence import MACHINES_NS, Presence
 from jpfs.services.sync.record import Integration, integrate
 from jpfs.services.sync.stats import SyncStats, Timings
@@ -297,18 +297,7 @@ class SyncEngine:
             held = [(lease, lease.releasing) for lease in self.book.held()]
             ours = refs.resolve(self.repo, f"refs/heads/{self.branch}")
             theirs = refs.resolve(self.repo, self.track_record)
-            if record and ours is not None and theirs is not None and ours != theirs:
-                # Never force theirs away: push only what contains it.
-                record = refs.is_ancestor(self.repo, theirs, ours)
-            if record and ours is not None and theirs is not None and ours != theirs:
-                # A cancelled run's late turn, committed after the merge that took the
-                # new holder's version: not sent; the next merge takes theirs again.
-                late = [
-                    c
-                    for c in self.book.forfeits()
-                    if refs.changed_since_fork(self.repo, theirs, ours, c)
-                ]
-                record = not late
+            record = record and sendable(self.repo, self.book.forfeits(), ours, theirs)
             send = record and ours is not None and ours != theirs
             if send and ours is not None and self.scan:
                 found = leaks.find(self.repo, theirs, ours, self._scanned)

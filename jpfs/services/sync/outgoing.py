@@ -10,7 +10,9 @@ leases was taken over fails whole.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from jpfs.infra.git import refs
 from jpfs.infra.git.remote import Update
 from jpfs.services.sync.leases import Lease, LeaseBook
 
@@ -22,6 +24,18 @@ class Outgoing:
     releasing: dict[str, tuple[str, str]] = field(
         default_factory=dict
     )  # conv -> (tombstone, record)
+
+
+def sendable(repo: Path, forfeits: list[str], ours: str | None, theirs: str | None) -> bool:
+    """Whether our record may go to the remote: it contains theirs (never force theirs
+    away), and changes no forfeited conversation (a cancelled run's late turn, committed
+    after the merge that took the new holder's version: the next merge takes theirs
+    again, protocol/sync.md "A late write is rejected, not merged")."""
+    if ours is None or theirs is None or ours == theirs:
+        return True
+    if not refs.is_ancestor(repo, theirs, ours):
+        return False
+    return not any(refs.changed_since_fork(repo, theirs, ours, conv_id) for conv_id in forfeits)
 
 
 def assemble(

@@ -9,7 +9,8 @@ made meanwhile), ``claim-push`` (one push of the claims made together), ``claim-
 ``claim-fetch`` (the record fetched after a claim, shared by claims made together),
 ``claim-pull`` (a merge before acting, when that fetch brought a change to the claimed
 conversation), ``give-back`` (a lease put back at once, nothing done under it),
-``sweep`` (old released leases deleted) and ``lost`` (claims the remote refused).
+``sweep`` (old released leases and presences deleted), ``present`` (this machine's
+presence said, or deleted at stop) and ``lost`` (claims the remote refused).
 ``jpfs daemon status --format json`` shows them under ``sync.timings``.
 
 The steps in :data:`REMOTE_STEPS` each run one git process that reaches the remote
@@ -26,7 +27,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-REMOTE_STEPS = ("fetch", "push", "renew", "claim-push", "claim-fetch", "give-back", "sweep")
+REMOTE_STEPS = (
+    "fetch", "push", "renew", "claim-push", "claim-fetch", "give-back", "sweep", "present"
+)  # fmt: skip
 
 
 @dataclass
