@@ -280,6 +280,29 @@ def test_a_peers_files_a_merge_left_ahead_of_the_branch_are_no_human_edit(
     assert rgit(ws, "status", "--porcelain") == ""
 
 
+def taken_over(
+    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> tuple[Path, Path, SyncEngine, SyncEngine]:
+    """The remote, a peer clone, and two engines: ``ws``'s claimed the conversation
+    ``work``, then the peer's took its lease over (``ws``'s does not know yet)."""
+    remote = share_record(tmp_path, ws, cli, lease="0.5", interval="0.1")
+    other = clone_sharing(remote, tmp_path / "other", cli)
+    slow, fast = engine_at(ws), engine_at(other)
+    (ws / "conversations" / "work").mkdir()
+    (ws / "conversations" / "work" / "task.md").write_text("# Work\n", encoding="utf-8")
+    assert cli("sync").code == 0
+    assert slow.claim("work")
+    wait_until(lambda: fast.fetch() is not None and fast.claim("work"), timeout=10, interval=0.1)
+    return remote, other, slow, fast
+
+
+def turn(clone_: Path, text: str) -> None:
+    """A turn's result committed in ``clone_``'s record (``work/result.md``)."""
+    (clone_ / "conversations" / "work" / "result.md").write_text(text, encoding="utf-8")
+    rgit(clone_, "add", "-A")
+    rgit(clone_, "commit", "-q", "-m", text.strip())
+
+
 def test_a_forfeited_conversation_stays_forfeit_while_its_cancelled_run_still_writes(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
@@ -287,23 +310,10 @@ def test_a_forfeited_conversation_stays_forfeit_while_its_cancelled_run_still_wr
     merge that took the new holder's version in. Taken in as ours, it met the holder's
     next turn as a conflict (a copy of ours kept beside theirs, in the record). While
     the run goes on, every merge takes theirs; once it has stopped, the forfeit ends."""
-    remote = share_record(tmp_path, ws, cli, lease="0.5", interval="0.1")
-    other = clone_sharing(remote, tmp_path / "other", cli)
-    slow, fast = engine_at(ws), engine_at(other)
+    remote, other, slow, fast = taken_over(ws, tmp_path, cli)
     still_running = {"work"}
     slow.running = still_running.__contains__
     conv = ws / "conversations" / "work"
-    conv.mkdir()
-    (conv / "task.md").write_text("# Work\n", encoding="utf-8")
-    assert cli("sync").code == 0
-    assert slow.claim("work")
-    wait_until(lambda: fast.fetch() is not None and fast.claim("work"), timeout=10, interval=0.1)
-
-    def turn(clone_: Path, text: str) -> None:
-        (clone_ / "conversations" / "work" / "result.md").write_text(text, encoding="utf-8")
-        rgit(clone_, "add", "-A")
-        rgit(clone_, "commit", "-q", "-m", text.strip())
-
     turn(other, "the turn\n")
     fast.sync_once()
     slow.sync_once()  # the lease is lost: the remote's version is taken in
@@ -329,21 +339,8 @@ def test_a_late_turn_committed_between_a_forfeit_merge_and_its_push_stays_here(
     holder's version in, before that cycle's push: the push must not carry it (it would
     land on the remote as a fast-forward). The record is not pushed while it changes a
     forfeited conversation; the next merge takes theirs again."""
-    remote = share_record(tmp_path, ws, cli, lease="0.5", interval="0.1")
-    other = clone_sharing(remote, tmp_path / "other", cli)
-    slow, fast = engine_at(ws), engine_at(other)
+    remote, other, slow, fast = taken_over(ws, tmp_path, cli)
     conv = ws / "conversations" / "work"
-    conv.mkdir()
-    (conv / "task.md").write_text("# Work\n", encoding="utf-8")
-    assert cli("sync").code == 0
-    assert slow.claim("work")
-    wait_until(lambda: fast.fetch() is not None and fast.claim("work"), timeout=10, interval=0.1)
-
-    def turn(clone_: Path, text: str) -> None:
-        (clone_ / "conversations" / "work" / "result.md").write_text(text, encoding="utf-8")
-        rgit(clone_, "add", "-A")
-        rgit(clone_, "commit", "-q", "-m", text.strip())
-
     turn(other, "the turn\n")
     fast.sync_once()
     still_running, late = {"work"}, iter(["late turn\n"])
