@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import pygit2
 
@@ -84,15 +85,32 @@ def changed_since_fork(repo: Path, ours: str, theirs: str, path: str) -> bool:
         raise GitError(f"cannot compare {ours[:12]} and {theirs[:12]}: {exc}") from exc
 
 
-def changed_files(repo: Path, before: str, after: str) -> list[tuple[str, bool]]:
-    """The files that differ between two commits, each with whether ``after`` deleted
-    it (in process; unchanged subtrees are skipped by their id, so the cost follows the
-    change, not the size of the tree)."""
+class Changed(NamedTuple):
+    """A file that differs between two commits: as ``after`` has it (blob id and mode),
+    or ``deleted``."""
+
+    path: str
+    deleted: bool
+    blob: str
+    mode: int
+
+
+def changed_files(repo: Path, before: str, after: str) -> list[Changed]:
+    """The files that differ between two commits (in process; unchanged subtrees are
+    skipped by their id, so the cost follows the change, not the size of the tree)."""
     try:
         handle = repository(repo)
         old, new = (_commit(handle, rev).tree for rev in (before, after))
         deltas = old.diff_to_tree(new).deltas
-        return [(d.new_file.path, d.status == pygit2.enums.DeltaStatus.DELETED) for d in deltas]
+        return [
+            Changed(
+                d.new_file.path,
+                d.status == pygit2.enums.DeltaStatus.DELETED,
+                str(d.new_file.id),
+                d.new_file.mode,
+            )
+            for d in deltas
+        ]
     except (pygit2.GitError, KeyError, ValueError) as exc:
         raise GitError(f"cannot compare {before[:12]} and {after[:12]}: {exc}") from exc
 

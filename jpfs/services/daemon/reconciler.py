@@ -39,6 +39,7 @@ from jpfs.infra.git.objects import Tip
 from jpfs.services.daemon import actions, edits
 from jpfs.services.daemon.actions import Need
 from jpfs.services.daemon.backoff import Backoff
+from jpfs.services.daemon.echoes import Echoes
 from jpfs.services.daemon.inbox import Inbox, Message, RecordMoved, Rescan, RunDone
 from jpfs.services.daemon.pool import Pool
 from jpfs.services.daemon.seen import Seen, signature
@@ -95,6 +96,7 @@ class Reconciler:
         self.backoff = Backoff(first=0.1, most=LOCKED_WAIT_MAX)  # locked elsewhere
         self.fault_wait = Backoff(first=1.0, most=FAULT_WAIT_MAX)  # repository fault
         self.seen = Seen()  # id -> (signature, need) at the last look
+        self.echoes = Echoes(ws.conv_root)  # the watcher's reports of a merge's writes
         self.head: Tip | None = None
         # With peers: the commit a merge is writing into the worktree ahead of the branch
         # (SyncEngine.merging), and a view of its tree.
@@ -165,7 +167,8 @@ class Reconciler:
                 self.recover(subject="jpfs: commit edits found after lost file events")
                 self.scan(full=True)
             for change in item.changes:
-                self.note_change(change.path, change.kind, change.is_dir)
+                if not self.echoes.heard(change.path, change.kind, change.is_dir):
+                    self.note_change(change.path, change.kind, change.is_dir)
         elif isinstance(item, RunDone):
             self.due[item.conv_id] = time.monotonic() + item.after
         elif isinstance(item, Rescan):
@@ -183,7 +186,8 @@ class Reconciler:
             changed = refs.changed_files(self.ws.conv_root, before, after)
         except GitError:
             changed = []  # the watcher reports them, a debounce later
-        for path, deleted in changed:
+        self.echoes.expect(changed)  # and the watcher's reports of them are echoes
+        for path, deleted, _blob, _mode in changed:
             inner = edits.conv_of(path)[1]
             if inner in TOP_FILES or inner.startswith(f"{INBOX}/"):
                 self.note_change(path, DELETED if deleted else CLOSED, False)
