@@ -51,21 +51,22 @@ def ahead_behind(repo: Path, local: str, upstream: str) -> tuple[int, int]:
     return int(ahead), int(behind)
 
 
-def messages_under(repo: Path, prefix: str) -> dict[str, tuple[str, str]]:
-    """The refs whose names start with ``prefix``: name -> (object id, commit message;
-    "" for an object that is not a commit). In process: the sync loop asks after every
-    fetch."""
+def messages_under(repo: Path, prefix: str, *more: str) -> dict[str, tuple[str, str]]:
+    """The refs whose names start with ``prefix`` (or one of ``more``): name -> (object
+    id, commit message; "" for an object that is not a commit). In process, in one
+    pass over the refs: the sync loop asks after every fetch."""
     out: dict[str, tuple[str, str]] = {}
+    prefixes = (prefix, *more)
     try:
         handle = repository(repo)
         for reference in handle.references.iterator():
-            if not reference.name.startswith(prefix):
+            if not reference.name.startswith(prefixes):
                 continue
             found = handle.get(reference.resolve().target)
             message = found.message if isinstance(found, pygit2.Commit) else ""
             out[reference.name] = (str(found.id) if found is not None else "", message)
     except (pygit2.GitError, KeyError, ValueError) as exc:
-        raise GitError(f"cannot list {prefix}* in {repo}: {exc}") from exc
+        raise GitError(f"cannot list {'* '.join(prefixes)}* in {repo}: {exc}") from exc
     return out
 
 

@@ -243,11 +243,13 @@ class SyncEngine:
         with self._fetching:  # git locks the tracking refs a fetch writes
             began = self._fetch_started = time.monotonic()
             self._fetch_refs()
-            found = read_remote(
-                refs.messages_under(self.repo, self.track_leases), self.track_leases
+            tracked = refs.messages_under(self.repo, self.track_leases, self.track_machines)
+            leases, machines = (
+                {r: v for r, v in tracked.items() if r.startswith(p)}
+                for p in (self.track_leases, self.track_machines)
             )
+            found = read_remote(leases, self.track_leases)
             self.book.observe(found.values, found.released)
-            machines = refs.messages_under(self.repo, self.track_machines)
             self.presence.observe(machines, self.track_machines, began)
             self.observed_at = began
             # Who picks what first (Claimer.rank): the machines holding leases, those

@@ -64,7 +64,13 @@ class Upkeep:
             self.presence.pushed(update.new, began)
         elif refused := result.refusal():
             self.presence.refused = refused
-            log.warning("sync: %s refused this machine's presence: %s", self.remote, refused)
+            log.warning(
+                "sync: %s refused this machine's presence: %s; the daemon goes on without"
+                " it (let this machine push refs/jpfs/machines/* for its peers to count it"
+                " before it holds a lease)",
+                self.remote,
+                refused,
+            )
 
     def leave(self) -> None:
         """Delete our presence, if we said it (at stop: peers stop counting us at once)."""

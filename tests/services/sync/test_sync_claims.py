@@ -344,6 +344,14 @@ def test_messages_under_agrees_with_for_each_ref(bare: tuple[Path, list[str]]) -
     found = refs.messages_under(clone, "refs/jpfs/x/")
     assert {ref: oid for ref, (oid, _) in found.items()} == expected
     assert found["refs/jpfs/x/one"][1] == "lease 0\n" and found["refs/jpfs/x/tree"][1] == ""
+    git(clone, "update-ref", "refs/jpfs/z/third", oids[2])
+    listed = git(
+        clone, "for-each-ref", "--format=%(refname) %(objectname)", "refs/jpfs/x/", "refs/jpfs/z/"
+    )
+    both = refs.messages_under(clone, "refs/jpfs/x/", "refs/jpfs/z/")  # one pass, two prefixes
+    assert {ref: oid for ref, (oid, _) in both.items()} == dict(
+        line.split(" ") for line in listed.splitlines()
+    )
 
 
 # -- the daemon -----------------------------------------------------------------------------
