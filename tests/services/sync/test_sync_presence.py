@@ -117,14 +117,18 @@ def presence_refs(remote: Path) -> list[str]:
 
 
 def engines(
-    ws: Path, tmp_path: Path, cli: Callable[..., Result]
+    ws: Path, tmp_path: Path, cli: Callable[..., Result], *, announced: bool = False
 ) -> tuple[Path, SyncEngine, SyncEngine]:
     """The remote, a daemon's engine at ``ws`` (machine "desk", announcing) and a plain
-    one at a peer clone (machine "laptop")."""
+    one at a peer clone (machine "laptop"); ``announced``: desk's presence pushed."""
     remote = share_record(tmp_path, ws, cli, machine="desk")
     peer = clone_sharing(remote, tmp_path / "peer", cli)
     assert cli("config", "set", "sync.machine", "laptop", cwd=peer).code == 0
-    return remote, SyncEngine(open_workspace(ws), announce=True), SyncEngine(open_workspace(peer))
+    desk, laptop = SyncEngine(open_workspace(ws), announce=True), SyncEngine(open_workspace(peer))
+    if announced:  # the daemon's first cycle: its presence on the remote
+        desk.sync_once()
+        desk.announce()
+    return remote, desk, laptop
 
 
 def test_peers_rank_work_with_a_daemon_before_it_holds_any_lease(
@@ -158,9 +162,7 @@ def test_peers_rank_work_with_a_daemon_before_it_holds_any_lease(
 def test_a_presence_left_behind_stops_counting_and_is_swept(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote, desk, laptop = engines(ws, tmp_path, cli)
-    desk.sync_once()
-    desk.announce()
+    remote, desk, laptop = engines(ws, tmp_path, cli, announced=True)
     desk.ssh.close()  # killed: no close(), its presence stays on the remote
     laptop.presence.lifetime = laptop.upkeep.age = 0.5  # not to wait minutes here
     laptop.fetch()
@@ -179,9 +181,7 @@ def test_a_presence_left_behind_stops_counting_and_is_swept(
 def test_a_stop_does_not_wait_on_a_remote_that_stopped_answering(
     ws: Path, tmp_path: Path, cli: Callable[..., Result]
 ) -> None:
-    remote, desk, laptop = engines(ws, tmp_path, cli)
-    desk.sync_once()
-    desk.announce()
+    remote, desk, laptop = engines(ws, tmp_path, cli, announced=True)
     remote.rename(tmp_path / "gone.git")
     with pytest.raises(GitError):
         desk.fetch()
