@@ -134,8 +134,10 @@ class SharedRecord:
         """Whether one more claim ahead of ``queued`` leaves every peer at work enough
         free work for its next runs (:func:`free_wanted`; :mod:`.pool`)."""
         stats = self.engine.stats
-        wanted = free_wanted(stats.peers, stats.working, self.engine.machine, self.pool.size)
         claimer = self.engine.claimer
+        wanted = free_wanted(
+            stats.peers, stats.working, self.engine.machine, self.pool.size, claimer.unseen()
+        )
         found = 0
         # Asked under the pool's lock at every run's end: a queue of thousands held
         # elsewhere is not walked whole; so few free among the first is none to spare.
@@ -146,7 +148,9 @@ class SharedRecord:
         return False
 
 
-def free_wanted(holding: Mapping[str, int], working: AbstractSet[str], me: str, size: int) -> int:
+def free_wanted(
+    holding: Mapping[str, int], working: AbstractSet[str], me: str, size: int, unseen: int = 0
+) -> int:
     """How many queued conversations must look free (no lease in our last fetch, no
     claim of ours lost since) for machine ``me`` to claim one more ahead: that one, and
     for each peer at work (``working``: holding leases, or releasing one lately) what
@@ -154,6 +158,8 @@ def free_wanted(holding: Mapping[str, int], working: AbstractSet[str], me: str, 
     to claim as many ahead: holding fewer leases (``holding``: machine -> leases in our
     view), it still wants the difference before its runs end. A claim of such a peer's
     not in our view yet counts as free work and as its want alike: a stale view asks the
-    same."""
+    same. Once a claim of ours lost to it (``unseen``: such claims, lost since our view),
+    it counts as neither: no longer free, and no longer wanted."""
     peers = working - {me}
-    return 1 + sum(max(0, 2 * size - holding.get(machine, 0)) for machine in peers)
+    wants = sum(max(0, 2 * size - holding.get(machine, 0)) for machine in peers)
+    return 1 + max(0, wants - unseen)

@@ -170,6 +170,12 @@ class Claimer:
     def _could_win(self, ref: str, seen: Observed | None) -> bool:
         return self.book.free(seen) and not self.lost_since_view(ref)
 
+    def unseen(self) -> int:
+        """How many claims of ours lost since the fetch our view comes from began: each
+        a lease another machine holds that our view shows free."""
+        began = self.engine.observed_at
+        return sum(1 for lost in self._lost.values() if lost > began)
+
     def lost_since_view(self, ref: str) -> bool:
         """Whether a claim of ``ref`` lost after the fetch our view of the leases comes
         from began (forgotten once a fetch began after it)."""

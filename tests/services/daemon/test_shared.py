@@ -43,3 +43,42 @@ def test_a_peers_claim_not_seen_yet_asks_the_same(
         claimed = min(unseen, short)  # claims it made that our view does not show yet
         fresh = free_wanted({**holding, peer: holding[peer] + claimed}, working, "me", size)
         assert stale - fresh == claimed
+
+
+def test_a_claim_lost_to_a_peer_is_neither_free_nor_wanted() -> None:
+    # Our view: b holds 4 of its 8. Two of the four it still wants it claimed after our
+    # view; we lost the race for both: they no longer count as free, nor as b's want.
+    assert free_wanted({"b": 4}, {"me", "b"}, "me", 4) == 5
+    assert free_wanted({"b": 4}, {"me", "b"}, "me", 4, unseen=2) == 3
+    # However many we lost, our own one is still wanted.
+    assert free_wanted({"b": 8}, {"me", "b"}, "me", 4, unseen=3) == 1
+
+
+@given(
+    holding=st.dictionaries(st.sampled_from("abcd"), st.integers(0, 12), min_size=1, max_size=4),
+    size=st.integers(1, 6),
+    free=st.integers(0, 30),
+    unseen=st.lists(st.integers(0, 12), min_size=4, max_size=4),
+    lost=st.lists(st.integers(0, 12), min_size=4, max_size=4),
+)
+def test_a_stale_view_with_lost_claims_decides_as_a_fresh_one(
+    holding: dict[str, int], size: int, free: int, unseen: list[int], lost: list[int]
+) -> None:
+    """Each peer claimed some of what it wants after our view (our view shows them
+    free), and we lost the race for some of those: whether one more claim ahead leaves
+    the peers their share is answered the same as with a fresh view. Before, a lost
+    claim left the free work and not the want: the machine whose view was the stalest
+    (the one that started last) held back while work was free, and a peer took it ahead
+    of a slot, a wave more than the others."""
+    working = set(holding) | {"me"}
+    peers = sorted(holding)
+    claimed = {
+        p: min(n, max(0, 2 * size - holding[p])) for p, n in zip(peers, unseen, strict=False)
+    }
+    lost_to = {p: min(n, claimed[p]) for p, n in zip(peers, lost, strict=False)}
+    fresh_found = free
+    fresh_wanted = free_wanted({p: holding[p] + claimed[p] for p in peers}, working, "me", size)
+    stale_found = free + sum(claimed.values()) - sum(lost_to.values())
+    stale_wanted = free_wanted(holding, working, "me", size, unseen=sum(lost_to.values()))
+    assert (stale_found >= stale_wanted) == (fresh_found >= fresh_wanted)
+    assert stale_found - stale_wanted == fresh_found - fresh_wanted

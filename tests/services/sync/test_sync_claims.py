@@ -140,12 +140,15 @@ def test_a_claim_lost_to_a_peer_is_not_pushed_again_until_a_fetch_shows_the_leas
         return int(ours.timings.snapshot()["claim-push"]["count"])
 
     assert pushes() == 1
+    assert ours.claimer.unseen() == 1  # a lease our view shows free: a peer holds it
     assert ours.claim("job") is False  # remembered: no push
     assert pushes() == 1 and ours.stats.claims_lost == 2
+    assert ours.claimer.unseen() == 1
     assert ours.claim("other")  # the others are claimed as ever
     assert pushes() == 2
     # A fetch shows their lease: still not free, still no push.
     ours.fetch()
+    assert ours.claimer.unseen() == 0  # in our view now
     assert ours.claim("job") is False and pushes() == 2
     # Released with its work: ours to take, as any free lease.
     theirs.release("job")
