@@ -419,6 +419,16 @@ def test_a_daemon_claims_its_next_conversation_while_its_run_goes_on(
         ahead = [str(c) for c in info.get("claimed_ahead", [])]  # type: ignore[attr-defined]
         return running, ahead
 
+    def wait(predicate: Callable[[], object], message: str, timeout: float = 30) -> None:
+        """``wait_until``, and if it times out, what the daemon showed and logged."""
+        try:
+            wait_until(predicate, timeout=timeout, message=message)
+        except AssertionError as exc:
+            log = daemon / ".jpfs" / "local" / "daemon.log"
+            said = "\n".join(log.read_text(encoding="utf-8").splitlines()[-40:])
+            where = f"asked {asked()}; leases {held_leases(remote)}; status {status(daemon)}"
+            raise AssertionError(f"{exc}\n{where}\nthe daemon's log:\n{said}") from None
+
     try:
         with running_daemon(daemon):
             for n in range(5):
@@ -428,8 +438,8 @@ def test_a_daemon_claims_its_next_conversation_while_its_run_goes_on(
             jpfs(writer, "sync")
             # One run, one claimed ahead: three free, two wanted (that one, and the
             # peer's second).
-            wait_until(lambda: len(asked()) == 1, timeout=60, message="the first run")
-            wait_until(lambda: len(shown()[1]) == 1, timeout=30, message="a claim ahead")
+            wait(lambda: len(asked()) == 1, "the first run", timeout=60)
+            wait(lambda: len(shown()[1]) == 1, "a claim ahead")
             running, ahead = shown()
             assert len(running) == 1 and ahead[0] not in running
             assert len(held_leases(remote)) == 3  # the run's, the one ahead, the peer's
@@ -438,26 +448,25 @@ def test_a_daemon_claims_its_next_conversation_while_its_run_goes_on(
             first = asked()[0]
 
             gates[first].set()
-            wait_until(lambda: len(asked()) == 2, timeout=30, message="the next run")
+            wait(lambda: len(asked()) == 2, "the next run")
             assert f"t-{asked()[1]:03d}" == ahead[0]  # the one claimed ahead ran next
             # Two free at that pop, two wanted: one more ahead.
-            wait_until(
+            wait(
                 lambda: (now := shown()[1]) != [] and now[0] != ahead[0],
-                timeout=30,
-                message="the third claimed ahead",
+                "the third claimed ahead",
             )
             gates[asked()[1]].set()
-            wait_until(lambda: len(asked()) == 3, timeout=30, message="the third run")
+            wait(lambda: len(asked()) == 3, "the third run")
             # One left free, two wanted: the peer's; it waits here for a run slot.
-            wait_until(lambda: shown()[1] == [], message="the last one not claimed ahead")
-            wait_until(lambda: len(held_leases(remote)) == 2, message="the third run's, the peer's")
+            wait(lambda: shown()[1] == [], "the last one not claimed ahead")
+            wait(lambda: len(held_leases(remote)) == 2, "the third run's, the peer's")
             gates[asked()[2]].set()
-            wait_until(lambda: len(asked()) == 4, timeout=30, message="the last free one's run")
+            wait(lambda: len(asked()) == 4, "the last free one's run")
             gates[asked()[3]].set()
-            wait_until(
+            wait(
                 lambda: len(list((daemon / "conversations").glob("t-*/result.md"))) == 4,
+                "every result but the peer's",
                 timeout=60,
-                message="every result but the peer's",
             )
     finally:
         for gate in gates.values():
