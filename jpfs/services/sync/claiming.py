@@ -90,10 +90,10 @@ class Claimer:
         # How old a view of an absent lease may be: shorter than any machine's tombstones
         # live (leases.TOMBSTONE_MIN_AGE), whatever each one's sync.lease.
         self.fresh = min(self.book.duration / 2, FRESH_MAX)
-        # Leases whose claim lost since the last fetch (ref -> when): another machine
-        # holds them though our view says free; not claimed again until a fetch shows
-        # them (a second push could only lose too).
-        self._lost: dict[str, float] = {}
+        # Leases whose claim lost since the last fetch: another machine holds them though
+        # our view says free; not claimed again until a fetch shows them (a second push
+        # could only lose too).
+        self.lost = LostClaims()
 
     def _push(self, updates: Sequence[Update]) -> gitremote.PushResult:
         """One push of the claims made together (each won or lost alone)."""
@@ -123,9 +123,7 @@ class Claimer:
                 if engine.observed_at == view:
                     engine.fetch()
                 return self.claim(conv_id, looked=True)
-            if len(self._lost) > _LOST_KEPT:  # those a fetch has shown since
-                self._lost = {r: t for r, t in self._lost.items() if t > engine.observed_at}
-            self._lost[ref] = time.monotonic()
+            self.lost.add(ref, time.monotonic(), engine.observed_at)
             return False
         if seen is not None and seen.released is None:
             engine.stats.takeovers += 1
@@ -173,19 +171,12 @@ class Claimer:
     def unseen(self) -> int:
         """How many claims of ours lost since the fetch our view comes from began: each
         a lease another machine holds that our view shows free."""
-        began = self.engine.observed_at
-        return sum(1 for lost in self._lost.values() if lost > began)
+        return self.lost.since(self.engine.observed_at)
 
     def lost_since_view(self, ref: str) -> bool:
         """Whether a claim of ``ref`` lost after the fetch our view of the leases comes
         from began (forgotten once a fetch began after it)."""
-        lost = self._lost.get(ref)
-        if lost is None:
-            return False
-        if lost > self.engine.observed_at:
-            return True
-        self._lost.pop(ref, None)
-        return False
+        return self.lost.lost_since(ref, self.engine.observed_at)
 
     def current(self, conv_id: str, claimed: float, seen: Observed | None) -> bool:
         """Whether this clone's record holds every change the remote has under
@@ -271,6 +262,39 @@ class Claimer:
         """This machine's order for new work queued together (the daemon's reconciler
         sorts by it): its rendezvous score, which peers can compute too."""
         return _rank(self.engine.machine, conv_id)
+
+
+class LostClaims:
+    """The leases whose claim by this machine lost (ref -> when), each until a fetch
+    begun after it; thread-safe: workers' claims add to it while the pool counts it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at: dict[str, float] = {}
+
+    def add(self, ref: str, when: float, view: float) -> None:
+        """``ref``'s claim lost at ``when``; ``view``: when the last fetch began (the
+        ones it has shown since are dropped once many are kept)."""
+        with self._lock:
+            if len(self._at) > _LOST_KEPT:
+                self._at = {r: t for r, t in self._at.items() if t > view}
+            self._at[ref] = when
+
+    def lost_since(self, ref: str, view: float) -> bool:
+        """Whether ``ref``'s claim lost after ``view`` (forgotten if before it)."""
+        with self._lock:
+            lost = self._at.get(ref)
+            if lost is None:
+                return False
+            if lost > view:
+                return True
+            del self._at[ref]
+            return False
+
+    def since(self, view: float) -> int:
+        """How many claims lost after ``view``."""
+        with self._lock:
+            return sum(1 for lost in self._at.values() if lost > view)
 
 
 def _rank(machine: str, conv_id: str) -> bytes:
