@@ -225,6 +225,15 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def daemon_log_tail(ws: Path, lines: int = 60) -> str:
+    """The last ``lines`` of ``ws``'s daemon log, for a failed wait to say what the
+    daemon was doing ("" when it wrote none)."""
+    log = ws / ".jpfs" / "local" / "daemon.log"
+    if not log.exists():
+        return ""
+    return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+
+
 def wait_until(
     predicate: Callable[[], object],
     timeout: float = 10.0,

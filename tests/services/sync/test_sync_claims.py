@@ -29,6 +29,7 @@ from jpfs.services.sync.probe import Probes
 from tests.conftest import (
     Result,
     clone_sharing,
+    daemon_log_tail,
     git,
     held_leases,
     rgit,
@@ -426,9 +427,8 @@ def test_a_daemon_claims_its_next_conversation_while_its_run_goes_on(
         try:
             wait_until(predicate, timeout=timeout, message=message)
         except AssertionError as exc:
-            log = daemon / ".jpfs" / "local" / "daemon.log"
-            said = "\n".join(log.read_text(encoding="utf-8").splitlines()[-40:])
             where = f"asked {asked()}; leases {held_leases(remote)}; status {status(daemon)}"
+            said = daemon_log_tail(daemon, 40)
             raise AssertionError(f"{exc}\n{where}\nthe daemon's log:\n{said}") from None
 
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, jpfs_subprocess, wait_until
+from tests.conftest import daemon_log_tail, git, jpfs_subprocess, wait_until
 from tests.gitservers import Sshd, sshd_missing
 from tests.messages_server import MessagesServer, text_reply
 from tests.services.sync.test_sync_machines import (
@@ -235,8 +235,7 @@ def test_two_daemons_over_ssh_each_turn_once_across_a_sigkill(
         try:
             wait_until(took_over, timeout=30, message="d2's status to show its takeover")
         except AssertionError as exc:
-            log = daemons[1] / ".jpfs" / "local" / "daemon.log"
-            said_log = "\n".join(log.read_text(encoding="utf-8").splitlines()[-60:])
+            said_log = daemon_log_tail(daemons[1], 60)
             raise AssertionError(f"{exc}; last said {said}\nd2's log:\n{said_log}") from exc
     finally:
         gate.set()
