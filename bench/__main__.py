@@ -102,4 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from bench.common import stop_cleanly_on_sigterm
+
+    stop_cleanly_on_sigterm()
     raise SystemExit(main())

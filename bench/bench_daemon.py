@@ -55,6 +55,7 @@ from bench.common import (
     print_machine,
     print_table,
     ratio,
+    stop_cleanly_on_sigterm,
     temp_dir,
     use_bytecode_cache,
 )
@@ -417,4 +418,5 @@ def run_starts(base: Path, sizes: list[int], rounds: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

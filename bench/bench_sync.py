@@ -70,6 +70,7 @@ from bench.common import (
     print_machine,
     print_table,
     run_command,
+    stop_cleanly_on_sigterm,
     temp_dir,
     use_bytecode_cache,
 )
@@ -535,4 +536,5 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

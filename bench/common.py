@@ -14,6 +14,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -61,6 +62,13 @@ def pin_environment() -> None:
     for key in list(os.environ):
         if key.startswith(("JPFS_", "ANTHROPIC_")):
             del os.environ[key]
+
+
+def stop_cleanly_on_sigterm() -> None:
+    """For a bench run as a program: ``kill`` (SIGTERM) runs its ``finally`` blocks, so
+    the daemons and git, HTTPS and SSH servers it started are stopped, not left running
+    (SIGTERM's default ends the process at once; a killed bench_sync left its sshd)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def use_bytecode_cache(path: Path) -> None:
@@ -381,7 +389,7 @@ def print_machine() -> None:
     info = machine()
     print(
         f"(machine: {info['cpus']} cpus, Python {info['python']}, git {info['git']};"
-        f" load average {info['loadavg_1m']:.1f} at start)"
+        f" load average {info['loadavg_1m']:.1f} at start; workspaces on {info['filesystem']})"
     )
 
 
@@ -394,4 +402,29 @@ def machine() -> dict[str, Any]:
         "git": git_version.strip().removeprefix("git version "),
         # Other work on the machine skews every number; say how busy it was.
         "loadavg_1m": os.getloadavg()[0],
+        "filesystem": filesystem(Path(tempfile.gettempdir())),
     }
+
+
+def filesystem(path: Path) -> str:
+    """The file system the benches' workspaces live on (``TMPDIR``), and for ext4
+    whether it has a journal: without one, every file creation scans the inodes freed
+    in the last minutes (``recently_deleted()`` in fs/ext4/ialloc.c), which git's ref
+    updates and loose objects pay many times per turn (bench/RESULTS.md, "A file
+    system without a journal"). Read from /proc (Linux); "unknown" elsewhere."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return "unknown"
+    where = os.path.realpath(path)
+    best = ("", "", "")
+    for line in mounts:
+        device, point, kind = line.split()[:3]
+        inside = where == point or where.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[1]):
+            best = (device, point, kind)
+    device, point, kind = best
+    if kind != "ext4":
+        return f"{kind or 'unknown'} at {point or where}"
+    journaled = any(Path("/proc/fs/jbd2").glob(f"{Path(device).name}-*"))
+    return f"ext4 {'with' if journaled else 'without'} a journal at {point}"

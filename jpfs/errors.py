@@ -45,6 +45,7 @@ in :mod:`jpfs.infra.git.runner`).
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 
 
@@ -135,6 +136,22 @@ class RepositoryFault(GitError):
     """The repository failed under jpfs (I/O error, read-only objects, a full disk, a
     corrupt object). The daemon retries the run later with backoff instead of failing
     the conversation: the fault is the machine's, and fixing it must be enough."""
+
+    @classmethod
+    def of_storage(cls, exc: BaseException) -> RepositoryFault | None:
+        """``exc`` as a fault of the machine's storage (a full disk or quota, a read-only
+        or failing file system), or None when it is not one: the OS says so wherever
+        jpfs writes, and each of those places would otherwise call it a bug."""
+        if not isinstance(exc, OSError) or exc.errno not in _STORAGE_ERRNOS:
+            return None
+        where = f" ({exc.filename})" if exc.filename else ""
+        fix = "free some space" if exc.errno in _FULL_ERRNOS else "check the file system"
+        return cls(f"{exc.strerror or exc}{where}: {fix}; jpfs carries on once it can write")
+
+
+# The OS's ways of saying the machine's storage takes no writes now.
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_STORAGE_ERRNOS = _FULL_ERRNOS | {errno.EROFS, errno.EIO}
 
 
 class ProviderError(JpfsError):

@@ -4,8 +4,9 @@ Every error is one line on stderr, ``jpfs: error: ...``:
 
 JpfsError -> its message, exit 1 (2 for bad patterns); usage errors (a bad option
 value, an unknown option or command, a missing argument) -> click's message and where
-to get help, exit 2; Ctrl-C -> 130; anything else is a bug -> exit 3 with the traceback
-written to a log file the message names. A command given no arguments that needs some
+to get help, exit 2; Ctrl-C -> 130; the OS saying the disk is full (or read-only, or
+failing) -> what to do about it, exit 1; anything else is a bug -> exit 3 with the
+traceback written to a log file the message names (or to stderr when it cannot be). A command given no arguments that needs some
 prints its help instead (exit 2).
 """
 
@@ -24,7 +25,7 @@ import click
 import typer
 
 from jpfs.cli.context import state
-from jpfs.errors import JpfsError
+from jpfs.errors import JpfsError, RepositoryFault
 
 
 def _log_path() -> Path:
@@ -110,11 +111,20 @@ def run(fn: Callable[[], int | None]) -> int:
         # Reader went away (`jpfs ... | head`): not our error.
         sys.stderr.close()
         return 1
-    except Exception:
+    except Exception as exc:
+        fault = RepositoryFault.of_storage(exc)  # a full disk is no bug of jpfs's
+        if fault is not None:
+            error(str(fault))
+            return fault.exit_code
         path = _log_path()
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(f"--- {dt.datetime.now().isoformat()} jpfs {' '.join(sys.argv[1:])}\n")
-            fh.write(traceback.format_exc())
+        try:
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(f"--- {dt.datetime.now().isoformat()} jpfs {' '.join(sys.argv[1:])}\n")
+                fh.write(traceback.format_exc())
+        except OSError:
+            traceback.print_exc()  # the log cannot be written: the traceback goes here
+            sys.stderr.write("jpfs: internal error (a bug in jpfs). Please report it.\n")
+            return 3
         sys.stderr.write(
             f"jpfs: internal error (a bug in jpfs); the traceback is in {path}. Please report it.\n"
         )

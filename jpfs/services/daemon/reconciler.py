@@ -239,12 +239,8 @@ class Reconciler:
             for conv_id in conv_ids:
                 try:
                     item = self.prepare(conv_id, held)
-                except RepositoryFault as exc:
-                    self.look_again_later(conv_id, exc)
-                    continue
                 except Exception as exc:  # one conversation must never stop the daemon
-                    log.exception("reconciling %r failed", conv_id)
-                    self.on_error(f"{conv_id}: {exc}")
+                    self.failed(conv_id, exc)
                     continue
                 if item is not None:
                     serving.append(item)
@@ -254,8 +250,7 @@ class Reconciler:
                 try:
                     self.conclude(item, committed)
                 except Exception as exc:
-                    log.exception("reconciling %r failed", item.conv_id)
-                    self.on_error(f"{item.conv_id}: {exc}")
+                    self.failed(item.conv_id, exc)
         for item in serving:  # the run locks are released: the pool may take them
             self.backoff.forget(item.conv_id)
             self.fault_wait.forget(item.conv_id)
@@ -267,6 +262,16 @@ class Reconciler:
     @property
     def pooled(self) -> tuple[Need, ...]:
         return (Need.RUN, Need.ADOPT, Need.BROKEN) if self.shared else (Need.RUN,)
+
+    def failed(self, conv_id: str, exc: Exception) -> None:
+        """A look at ``conv_id`` raised (in its ``except``): the repository's or the
+        disk's fault is looked at again later; anything else is a bug, logged."""
+        fault = exc if isinstance(exc, RepositoryFault) else RepositoryFault.of_storage(exc)
+        if fault is not None:
+            self.look_again_later(conv_id, fault)
+            return
+        log.exception("reconciling %r failed", conv_id)
+        self.on_error(f"{conv_id}: {exc}")
 
     def look_again_later(self, conv_id: str, exc: RepositoryFault) -> None:
         """The repository failed, not the conversation: say so, and look again after

@@ -108,6 +108,7 @@ class Daemon:
         self._watcher: threading.Thread | None = None
         self._watching = threading.Event()
         self.status_writer = StatusWriter()  # daemon.json
+        self._housekeeping_failed = False  # the last tick's housekeeping raised
         self.catching_up = False  # ready, still looking at what changed while stopped
         self.queries: queryserver.QueryServer | None = None  # `jpfs query` handed over
         self.shared: SharedRecord | None = None  # sync.remote set: peers share the record
@@ -319,6 +320,10 @@ class Daemon:
                     self.fail(conv, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                     return
                 except Exception as exc:
+                    fault = RepositoryFault.of_storage(exc)
+                    if fault is not None:  # a full disk: the machine's, not the conversation's
+                        self.postpone(conv, fault)
+                        return
                     log.exception("%s: run crashed", conv.id)
                     name = type(exc).__name__
                     self.fail(conv, f"internal error in jpfs ({name}); see {self.files.log}")
@@ -340,6 +345,11 @@ class Daemon:
                     self.errors.clear_of(conv.id)
         except LockError:
             log.debug("%s: taken by another run; looking again when it is free", conv.id)
+        except OSError as exc:  # before its run (its adoption, a claim's merge)
+            fault = RepositoryFault.of_storage(exc)
+            if fault is None:
+                raise
+            self.postpone(conv, fault)
         finally:
             # The worker may idle for long: a kept handle holds the pack files it read.
             refs.forget()
@@ -380,6 +390,19 @@ class Daemon:
 
     # -- configuration and status -------------------------------------------------------
     def tick(self) -> None:
+        """Between the loop's looks: the configuration, notes, failures kept here and
+        daemon.json. None of it may stop the daemon (a full disk under ``.jpfs/local``
+        fails their writes): an error is logged, once while it lasts."""
+        try:
+            self._housekeep()
+        except Exception:
+            if not self._housekeeping_failed:
+                log.exception("housekeeping failed (the daemon carries on; trying again)")
+            self._housekeeping_failed = True
+        else:
+            self._housekeeping_failed = False
+
+    def _housekeep(self) -> None:
         if self.config_watch.poll() is not None:
             # Pool size and timings at once; the rest as each run reads ws.config.
             current = self.ws.config

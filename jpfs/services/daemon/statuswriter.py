@@ -10,6 +10,7 @@ it; the file itself is written by :func:`jpfs.services.daemon.process.write_stat
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -23,6 +24,8 @@ from jpfs.services.daemon.pool import Pool
 from jpfs.services.daemon.reconciler import Reconciler
 from jpfs.services.daemon.shared import SharedRecord
 from jpfs.services.sync import report
+
+log = logging.getLogger("jpfs.services.daemon")
 
 
 class Shown(Protocol):
@@ -46,6 +49,8 @@ class StatusWriter:
     def __init__(self) -> None:
         self._last_status = 0.0
         self._last_key = ""
+        self._failing = ""  # why the last write failed ("" while writes succeed)
+        self._failed = 0  # writes failed in a row
 
     def write(self, daemon: Shown, force: bool = False) -> None:
         """Refresh daemon.json: within 0.25 s of a change, else every 2 s (times move on)."""
@@ -103,8 +108,26 @@ class StatusWriter:
         key = repr({**data, "agents": [{**a, "elapsed": 0} for a in agents], **_moving(data)})
         if not force and key == self._last_key and now - self._last_status < 2.0:
             return
+        try:
+            process.write_status(daemon.files, {**data, "updated_at": process.iso(now)})
+        except OSError as exc:
+            # A full disk must not stop the daemon: its runs wait for room (postponed),
+            # and status shows the last file written until this one can be. Said once
+            # per streak; tried again at the next tick.
+            self._failed += 1
+            if not self._failing:
+                log.warning("cannot write %s (%s); trying again", daemon.files.status, exc)
+            self._failing = exc.strerror or str(exc)
+            return
+        if self._failing:
+            log.info(
+                "%s written again, after %d failed writes (%s)",
+                daemon.files.status.name,
+                self._failed,
+                self._failing,
+            )
+            self._failing, self._failed = "", 0
         self._last_status, self._last_key = now, key
-        process.write_status(daemon.files, {**data, "updated_at": process.iso(now)})
 
 
 def _moving(data: dict[str, Any]) -> dict[str, Any]:
