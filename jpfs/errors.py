@@ -48,6 +48,11 @@ from __future__ import annotations
 import errno
 from collections.abc import Sequence
 
+# The OS's ways of saying the machine's storage takes no writes now
+# (RepositoryFault.of_storage).
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_STORAGE_ERRNOS = _FULL_ERRNOS | {errno.EROFS, errno.EIO}
+
 
 class JpfsError(Exception):
     """Base of every user-facing error. ``str(err)`` is the one-line message."""
@@ -147,11 +152,6 @@ class RepositoryFault(GitError):
         where = f" ({exc.filename})" if exc.filename else ""
         fix = "free some space" if exc.errno in _FULL_ERRNOS else "check the file system"
         return cls(f"{exc.strerror or exc}{where}: {fix}; jpfs carries on once it can write")
-
-
-# The OS's ways of saying the machine's storage takes no writes now.
-_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-_STORAGE_ERRNOS = _FULL_ERRNOS | {errno.EROFS, errno.EIO}
 
 
 class ProviderError(JpfsError):

@@ -66,6 +66,37 @@ def last_error(ws: Path) -> str:
     return str((json.loads(status.stdout).get("last_error") or {}).get("message", ""))
 
 
+def workspace(ws: Path, cli: Callable[..., Any], *, daemon: bool = True) -> Path:
+    """A jpfs workspace in ``ws`` (made here), with an agent and, for ``daemon``, what a
+    daemon needs to run a task with it and to look again each second."""
+    ws.mkdir(exist_ok=True)
+    git(ws, "init", "-q", "-b", "main")
+    git(ws, "commit", "-q", "--allow-empty", "-m", "initial")
+    assert cli("init", cwd=ws).code == 0
+    if not daemon:
+        return ws
+    write_profile(ws, "careful", AGENT)
+    for key, value in (
+        ("conversations.default_agent", '"careful"'),
+        ("agents.allowed", '["careful"]'),
+        ("daemon.scan_interval", "1"),
+    ):
+        assert cli("config", "set", key, value, cwd=ws).code == 0
+    return ws
+
+
+def write_task(conv: Path, filler: Path) -> None:
+    """``task.md`` into ``conv`` on a full disk: room is made for it (8 KiB), then
+    taken again."""
+    try:
+        (conv / "task.md").write_text("Say hello.\n", encoding="utf-8")
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+        os.truncate(filler, max(0, filler.stat().st_size - 8192))
+        (conv / "task.md").write_text("Say hello.\n", encoding="utf-8")
+        fill(filler.parent)
+
+
 def test_a_full_disk_is_reported_and_survived(
     small_disk: Path, api_env: MessagesServer, cli: Callable[..., Any]
 ) -> None:
@@ -77,27 +108,13 @@ def test_a_full_disk_is_reported_and_survived(
     local.mkdir()
     (ws / ".jpfs").mkdir()
     (ws / ".jpfs" / "local").symlink_to(local)
-    git(ws, "init", "-q", "-b", "main")
-    git(ws, "commit", "-q", "--allow-empty", "-m", "initial")
-    assert cli("init", cwd=ws).code == 0
-    write_profile(ws, "careful", AGENT)
-    for key, value in (
-        ("conversations.default_agent", '"careful"'),
-        ("agents.allowed", '["careful"]'),
-        ("daemon.scan_interval", "1"),
-    ):
-        assert cli("config", "set", key, value, cwd=ws).code == 0
+    workspace(ws, cli)
     api_env.responder = lambda req: text_reply("echo: " + last_user_text(req)[:40])
     with running_daemon(ws):
         conv = ws / "conversations" / "full"
         conv.mkdir()
         filler = fill(small_disk)
-        try:
-            (conv / "task.md").write_text("Say hello.\n", encoding="utf-8")
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-            os.truncate(filler, max(0, filler.stat().st_size - 8192))
-            (conv / "task.md").write_text("Say hello.\n", encoding="utf-8")
+        write_task(conv, filler)
         wait_until(lambda: "space" in last_error(ws).lower(), timeout=20, message="the report")
         # Nothing half-written stays (a write in flight may show its temporary file for
         # a moment while the daemon retries).
@@ -133,18 +150,7 @@ def test_a_full_disk_under_the_daemons_own_files_stops_nothing(
     cannot write its status, its log, a lock or the conversation, and stays up; once
     there is room again the run is done, not failed, and the status is fresh. (It used
     to die at its first status write, calling the full disk a bug of its own.)"""
-    ws = small_disk / "repo"
-    ws.mkdir()
-    git(ws, "init", "-q", "-b", "main")
-    git(ws, "commit", "-q", "--allow-empty", "-m", "initial")
-    assert cli("init", cwd=ws).code == 0
-    write_profile(ws, "careful", AGENT)
-    for key, value in (
-        ("conversations.default_agent", '"careful"'),
-        ("agents.allowed", '["careful"]'),
-        ("daemon.scan_interval", "1"),
-    ):
-        assert cli("config", "set", key, value, cwd=ws).code == 0
+    ws = workspace(small_disk / "repo", cli)
     api_env.responder = lambda req: text_reply("echo: " + last_user_text(req)[:40])
     with running_daemon(ws):
         pid = daemon_pid(ws)
@@ -152,13 +158,7 @@ def test_a_full_disk_under_the_daemons_own_files_stops_nothing(
         conv = ws / "conversations" / "full"
         conv.mkdir()
         filler = fill(small_disk)
-        try:
-            (conv / "task.md").write_text("Say hello.\n", encoding="utf-8")
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-            os.truncate(filler, max(0, filler.stat().st_size - 8192))
-            (conv / "task.md").write_text("Say hello.\n", encoding="utf-8")
-            fill(small_disk)
+        write_task(conv, filler)
         # Rewritten every 2 s at most while it can be: older than that, a write failed.
         wait_until(lambda: status_age(ws) > 4.5, timeout=30, message="a status write to fail")
         # (A daemon that stops removes daemon.json first.)
@@ -192,11 +192,7 @@ def test_a_command_on_a_full_disk_says_what_to_do_in_one_line(
 ) -> None:
     """The OS's "no space left" is the machine's, named with what to do (exit 1); never
     "a bug in jpfs" with a traceback log that could not be written anyway."""
-    ws = small_disk / "repo"
-    ws.mkdir()
-    git(ws, "init", "-q", "-b", "main")
-    git(ws, "commit", "-q", "--allow-empty", "-m", "initial")
-    assert cli("init", cwd=ws).code == 0
+    ws = workspace(small_disk / "repo", cli, daemon=False)
     filler = fill(small_disk)
     done = jpfs_subprocess("conversation", "new", "crowded", cwd=ws)
     lines = done.stderr.strip().splitlines()

@@ -40,9 +40,9 @@ from jpfs.infra.git import refs
 from jpfs.infra.providers.base import Provider
 from jpfs.services.daemon import actions, configwatch, process, queryserver, recovery
 from jpfs.services.daemon.actions import Need, RunWatch
-from jpfs.services.daemon.backoff import Backoff
 from jpfs.services.daemon.configwatch import ConfigWatch, NotesWatch
 from jpfs.services.daemon.lasterror import LastError
+from jpfs.services.daemon.outcomes import Outcomes
 from jpfs.services.daemon.pool import Job, Pool
 from jpfs.services.daemon.reconciler import Reconciler
 from jpfs.services.daemon.shared import SharedRecord
@@ -57,10 +57,6 @@ log = logging.getLogger("jpfs.services.daemon")
 
 # How long a run's jp_query waits for a child that another run holds.
 CHILD_LOCK_WAIT = 600.0
-# A run stopped by a repository fault (or a failure written but not committed) is tried
-# again after 1, 2, 4 ... seconds, at most this many: soon after the user frees the disk,
-# without spinning while it stays full.
-FAULT_RETRY_MAX = 60.0
 
 
 class Daemon:
@@ -90,13 +86,17 @@ class Daemon:
         self.ready = threading.Event()
         self.stats = process.Stats()
         self.providers: dict[str, Provider] = {}
-        # conversation id -> seconds to wait before the next try after a repository fault
-        # or a failure that could not be committed
-        self.fault_backoff = Backoff(first=1.0, most=FAULT_RETRY_MAX)
         self.unrecorded = Unrecorded(ws)  # failures its conversation's files refused
-        self._retry_after: dict[str, float] = {}
+        # A run that failed or was postponed, and when the reconciler looks again.
+        self.outcomes = Outcomes(
+            ws,
+            self.stats,
+            self.errors,
+            self.unrecorded,
+            lambda conv_id, after: self.reconciler.run_done(conv_id, after=after),
+        )
         settings = ws.config
-        self.pool = Pool(int(settings["daemon.max_agents"]), self.run_job, self.on_run_done)
+        self.pool = Pool(int(settings["daemon.max_agents"]), self.run_job, self.outcomes.done)
         self.reconciler = Reconciler(
             ws,
             self.pool,
@@ -154,8 +154,8 @@ class Daemon:
                 self.ws,
                 self.pool,
                 self.app.claims,
-                look_again_in=self.look_again_in,
-                fail=self.fail,
+                look_again_in=self.outcomes.look_again_in,
+                fail=self.outcomes.fail,
                 record_moved=self.reconciler.record_moved,
             )
             self.reconciler.shared = True
@@ -310,29 +310,33 @@ class Daemon:
                     log.info("%s: run stopped by the daemon; it resumes at the next start", conv.id)
                     return
                 except RepositoryFault as exc:
-                    self.postpone(conv, exc)
+                    self.outcomes.postpone(conv, exc)
                     return
                 except ConversationGone:
                     log.info("%s: removed while it ran; nothing more is written to it", conv.id)
                     self.errors.clear_of(conv.id)
                     return
                 except JpfsError as exc:
-                    self.fail(conv, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                    self.outcomes.fail(
+                        conv, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    )
                     return
                 except Exception as exc:
                     fault = RepositoryFault.of_storage(exc)
                     if fault is not None:  # a full disk: the machine's, not the conversation's
-                        self.postpone(conv, fault)
+                        self.outcomes.postpone(conv, fault)
                         return
                     log.exception("%s: run crashed", conv.id)
                     name = type(exc).__name__
-                    self.fail(conv, f"internal error in jpfs ({name}); see {self.files.log}")
+                    self.outcomes.fail(
+                        conv, f"internal error in jpfs ({name}); see {self.files.log}"
+                    )
                     return
                 finally:
                     # Before the lease's release (leaving ``held``) wakes the sync cycle,
                     # which waits for the runs starting next (Pool.starting).
                     job.phase = "ended"
-                self.fault_backoff.forget(conv.id)
+                self.outcomes.went_through(conv.id)
                 log.info("%s: run ends: %s", conv.id, state)
                 if state is State.FAILED:
                     last = conv.last_event()
@@ -349,44 +353,10 @@ class Daemon:
             fault = RepositoryFault.of_storage(exc)
             if fault is None:
                 raise
-            self.postpone(conv, fault)
+            self.outcomes.postpone(conv, fault)
         finally:
             # The worker may idle for long: a kept handle holds the pack files it read.
             refs.forget()
-
-    def fail(self, conv: Conversation, message: str) -> None:
-        self.stats.failures += 1
-        self.errors.record(f"{conv.id}: {message}", conv.id, failed=True)
-        log.warning("%s: failed: %s", conv.id, message)
-        try:
-            actions.record_failure(self.ws, conv, message)
-        except RepositoryFault as exc:
-            # Written, not committed: its files say it; the commit waits for the repository.
-            delay = self._back_off(conv.id)
-            log.error("%s: could not commit the failure (again in %g s): %s", conv.id, delay, exc)
-        except (JpfsError, OSError) as exc:
-            # Its own files refuse it: kept where jpfs can write, so that every view shows
-            # it failed and it is not run, and failed, again and again.
-            self.unrecorded.keep(conv, message, exc)
-
-    def postpone(self, conv: Conversation, exc: RepositoryFault) -> None:
-        """The repository failed under the run: the conversation is not at fault, so no
-        error event; the run is tried again later, from its files, with backoff."""
-        delay = self._back_off(conv.id)
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        self.errors.record(f"{conv.id}: {first} (trying again in {delay:g} s)", conv.id)
-        log.warning("%s: repository fault, trying again in %g s: %s", conv.id, delay, first)
-
-    def _back_off(self, conv_id: str) -> float:
-        """Seconds until ``conv_id`` is looked at again: doubled at each fault in a row."""
-        delay = self._retry_after[conv_id] = self.fault_backoff.next(conv_id)
-        return delay
-
-    def look_again_in(self, conv_id: str, seconds: float) -> None:
-        self._retry_after[conv_id] = seconds
-
-    def on_run_done(self, conv_id: str) -> None:
-        self.reconciler.run_done(conv_id, after=self._retry_after.pop(conv_id, 0.0))
 
     # -- configuration and status -------------------------------------------------------
     def tick(self) -> None:
