@@ -6,8 +6,8 @@ JpfsError -> its message, exit 1 (2 for bad patterns); usage errors (a bad optio
 value, an unknown option or command, a missing argument) -> click's message and where
 to get help, exit 2; Ctrl-C -> 130; the OS saying the disk is full (or read-only, or
 failing) -> what to do about it, exit 1; anything else is a bug -> exit 3 with the
-traceback written to a log file the message names (or to stderr when it cannot be). A command given no arguments that needs some
-prints its help instead (exit 2).
+traceback written to a log file the message names (or to stderr when it cannot be). A
+command given no arguments that needs some prints its help instead (exit 2).
 """
 
 from __future__ import annotations
