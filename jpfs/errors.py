@@ -49,7 +49,7 @@ import errno
 from collections.abc import Sequence
 
 # The OS's ways of saying the machine's storage takes no writes now
-# (RepositoryFault.of_storage).
+# (RepositoryFault.of).
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _STORAGE_ERRNOS = _FULL_ERRNOS | {errno.EROFS, errno.EIO}
 
@@ -143,10 +143,13 @@ class RepositoryFault(GitError):
     the conversation: the fault is the machine's, and fixing it must be enough."""
 
     @classmethod
-    def of_storage(cls, exc: BaseException) -> RepositoryFault | None:
-        """``exc`` as a fault of the machine's storage (a full disk or quota, a read-only
-        or failing file system), or None when it is not one: the OS says so wherever
-        jpfs writes, and each of those places would otherwise call it a bug."""
+    def of(cls, exc: BaseException) -> RepositoryFault | None:
+        """``exc`` as the machine's fault: itself if it is one; the OS's word that the
+        storage takes no writes now (a full disk or quota, a read-only or failing file
+        system) translated; else None. The OS says so wherever jpfs writes, so the
+        boundaries that would otherwise call it a bug (a run, a look, a command) ask."""
+        if isinstance(exc, RepositoryFault):
+            return exc
         if not isinstance(exc, OSError) or exc.errno not in _STORAGE_ERRNOS:
             return None
         where = f" ({exc.filename})" if exc.filename else ""

@@ -112,7 +112,7 @@ def run(fn: Callable[[], int | None]) -> int:
         sys.stderr.close()
         return 1
     except Exception as exc:
-        fault = RepositoryFault.of_storage(exc)  # a full disk is no bug of jpfs's
+        fault = RepositoryFault.of(exc)  # a full disk is no bug of jpfs's
         if fault is not None:
             error(str(fault))
             return fault.exit_code

@@ -8,7 +8,7 @@ from jpfs.errors import GitError, RepositoryFault
 
 
 def translate(exc: BaseException) -> GitError:
-    fault = RepositoryFault.of_storage(exc)  # a full disk says so as everywhere else
+    fault = RepositoryFault.of(exc)  # a full disk says so as everywhere else
     if fault is not None:
         return fault
     if isinstance(exc, OSError):

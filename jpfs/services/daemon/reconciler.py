@@ -266,7 +266,7 @@ class Reconciler:
     def failed(self, conv_id: str, exc: Exception) -> None:
         """A look at ``conv_id`` raised (in its ``except``): the repository's or the
         disk's fault is looked at again later; anything else is a bug, logged."""
-        fault = exc if isinstance(exc, RepositoryFault) else RepositoryFault.of_storage(exc)
+        fault = RepositoryFault.of(exc)
         if fault is not None:
             self.look_again_later(conv_id, fault)
             return

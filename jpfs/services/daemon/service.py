@@ -322,7 +322,7 @@ class Daemon:
                     )
                     return
                 except Exception as exc:
-                    fault = RepositoryFault.of_storage(exc)
+                    fault = RepositoryFault.of(exc)
                     if fault is not None:  # a full disk: the machine's, not the conversation's
                         self.outcomes.postpone(conv, fault)
                         return
@@ -350,7 +350,7 @@ class Daemon:
         except LockError:
             log.debug("%s: taken by another run; looking again when it is free", conv.id)
         except OSError as exc:  # before its run (its adoption, a claim's merge)
-            fault = RepositoryFault.of_storage(exc)
+            fault = RepositoryFault.of(exc)
             if fault is None:
                 raise
             self.outcomes.postpone(conv, fault)
