@@ -11,6 +11,7 @@ import enum
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from jpfs.core import failures, frontmatter, record, tree
@@ -143,6 +144,7 @@ class RunWatch:
     provider_calls: int = 0
     tokens: int = 0
     last_note: str = ""
+    on_call: Callable[[], None] | None = None  # at each model call (the pool's)
 
     def hooks(self) -> Hooks:
         return Hooks(self.before_call, self.after_call, self.after_commit, self.note)
@@ -152,6 +154,8 @@ class RunWatch:
             self.cancel.set()
             raise Cancelled(f"run of {conv.id} stopped by the daemon")
         self.provider_calls += 1
+        if self.on_call is not None:
+            self.on_call()
 
     def after_call(self, conv: Conversation, reply: Reply) -> None:
         self.tokens += reply.usage.total

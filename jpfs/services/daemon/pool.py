@@ -13,7 +13,8 @@ on the path of every turn. So beside its ``size`` run slots the pool may take up
 the runs go on, and waits (phase ``"ready"``) for the next slot; a run ending hands its
 slot over at once. Only while ``spare(queued)`` says so (the shared record's estimate:
 one more claim ahead still leaves every peer at work the free work its next runs
-want), and once the runs taken in a slot have started: near the end of the work, a
+want), and once the runs taken in a slot have started (made their first model call,
+:meth:`Pool.calling`): near the end of the work, a
 conversation claimed ahead would wait here for a slot while another machine sat idle
 (protocol/sync.md, "While every peer keeps its share, the next claims are made
 ahead").
@@ -35,6 +36,9 @@ log = logging.getLogger("jpfs.services.daemon.pool")
 
 # How many groups a preferring pop looks at before it takes the first.
 PREFER_SCAN = 64
+# A run is starting until its first model call is out, or this long after it began to
+# run (one resumed with tool calls pending runs them first).
+LAUNCH_MAX = 1.0
 
 
 class FairQueue:
@@ -111,6 +115,9 @@ class Job:
     # waiting for a slot, Pool.wait_turn).
     phase: Literal["starting", "running", "ended", "ahead", "ready"] = "starting"
     slot: bool = False  # holds one of the pool's ``size`` run slots
+    # While running: when it began to (monotonic), and whether its model call is out.
+    ran_at: float = 0.0
+    called: bool = False
 
 
 RunFn = Callable[[Job], None]
@@ -210,12 +217,42 @@ class Pool:
         with self._cv:
             return {job.conv_id for job in self._running.values() if not job.slot}
 
+    def calling(self, job: Job) -> None:
+        """``job``'s run made a model call (the run function says so): it has started,
+        and what waited for that goes on (:meth:`_launching`)."""
+        with self._cv:
+            if not job.called:
+                job.called = True
+                self._cv.notify_all()
+
+    def _launching(self) -> bool:
+        """Whether a run is starting here: taken from the queue, or running with its
+        first model call not out yet (for at most :data:`LAUNCH_MAX`). Claims ahead and
+        the sync cycle wait for it: its way to the model is on the turn's path, theirs
+        is not."""
+        return any(job.phase == "starting" for job in self._running.values()) or bool(
+            self._launch_wait()
+        )
+
+    def _launch_wait(self) -> float | None:
+        """How long until no running job is left launching (None: none is now); a
+        waiting worker looks again then, if no call woke it before."""
+        now, left = time.monotonic(), None
+        for job in self._running.values():
+            if job.phase == "running" and not job.called:
+                rest = job.ran_at + LAUNCH_MAX - now
+                if rest > 0:
+                    left = rest if left is None else max(left, rest)
+        return left
+
     def starting(self) -> bool:
         """Whether a run is about to start here: a job taken from the queue and not
-        running yet, or work queued with a worker free (or whose run just ended)."""
+        running yet, or running with its first model call not out yet
+        (:meth:`_launching`), or work queued with a worker free (or whose run just
+        ended)."""
         with self._cv:
             jobs = self._running.values()
-            if any(job.phase == "starting" for job in jobs):
+            if self._launching():
                 return True
             busy = sum(1 for job in jobs if job.phase == "running")
             return bool(len(self._queue)) and busy < self.size
@@ -229,10 +266,11 @@ class Pool:
 
     def _may_take_ahead(self) -> bool:
         """Room to take one ahead, once every run taken in a slot has started (their
-        claims are on their turns' path: those ahead are not), and with work to spare."""
+        claims and first model calls are on their turns' path: those ahead are not), and
+        with work to spare."""
         if self._ahead >= self.ahead:
             return False
-        if any(job.phase == "starting" for job in self._running.values()):
+        if self._launching():
             return False
         return self.spare(self._queue)
 
@@ -276,8 +314,8 @@ class Pool:
                 self._cv.wait(left)
             if job.cancel.is_set():
                 return False
-            job.phase = "running"
-            self._cv.notify_all()  # started: room to take the next ahead
+            job.phase, job.ran_at = "running", time.monotonic()
+            self._cv.notify_all()
             return True
 
     # -- shutting down -----------------------------------------------------------------
@@ -317,8 +355,9 @@ class Pool:
                     if len(self._queue) and self._may_take_ahead():
                         slot = False
                         break
-                    # Woken by new work, a run's end (a slot), a resize or the stop.
-                    self._cv.wait()
+                    # Woken by new work, a run's end (a slot), a run's first call, a
+                    # resize or the stop; or when a run's start may no longer hold it.
+                    self._cv.wait(self._launch_wait() if len(self._queue) else None)
                 if self._closing:
                     return
                 if self._workers > self.size + self.ahead:

@@ -285,9 +285,11 @@ class Daemon:
         return runner, watch
 
     def run_job(self, job: Job) -> None:
-        runner, job.info["watch"] = self.watched(
+        runner, watch = self.watched(
             cancel=job.cancel, stopping=job.stopping, lock_wait=CHILD_LOCK_WAIT
         )
+        job.info["watch"] = watch
+        watch.on_call = lambda: self.pool.calling(job)
         conv = Conversation(self.ws.conv_root, job.conv_id)
         try:
             with (

@@ -6,8 +6,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from jpfs.core.workspace import open_workspace
 from jpfs.infra.git.objects import Tip
+from jpfs.services.daemon import pool as poolmod
 from jpfs.services.daemon.pool import FairQueue, Job, Pool
 from jpfs.services.daemon.reconciler import Reconciler
 from jpfs.services.daemon.watcher import CLOSED, MODIFIED
@@ -253,6 +256,7 @@ class Gated:
                 self.refused.append(job.conv_id)
             return
         assert job.phase == "running"
+        self.pool.calling(job)  # its first model call, as the daemon's runs say
         with self.lock:
             self.started.append(job.conv_id)
         gate.wait(30)
@@ -377,6 +381,70 @@ def test_work_taken_ahead_waits_for_the_runs_claiming_in_their_slots() -> None:
             claimed.set()
             pool.stop()
             assert pool.join(5)
+
+
+class Launching:
+    """Runs that take their conversation, start in a slot, and make their first model
+    call only when the test says so (Pool.calling)."""
+
+    def __init__(self) -> None:
+        self.pool = Pool(1, self.run, lambda conv_id: None)
+        self.pool.spare = lambda queued: True
+        self.pool.resize(1, ahead=1)
+        self.jobs: dict[str, Job] = {}
+        self.taken_at: dict[str, float] = {}
+        self.gate = threading.Event()
+
+    def run(self, job: Job) -> None:
+        self.taken_at[job.conv_id] = time.monotonic()
+        if self.pool.wait_turn(job):
+            self.jobs[job.conv_id] = job
+            self.gate.wait(30)
+
+    def close(self) -> None:
+        self.gate.set()
+        self.pool.stop()
+        assert self.pool.join(5)
+
+
+def test_a_run_is_starting_until_its_first_model_call_is_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run's way to its model call is on its turn's path: until the call is out,
+    nothing is taken ahead and the sync cycle waits (Pool.starting); the call lets them
+    go at once, long before LAUNCH_MAX."""
+    monkeypatch.setattr(poolmod, "LAUNCH_MAX", 60.0)
+    with no_thread_leak():
+        runs = Launching()
+        try:
+            runs.pool.submit("a")
+            runs.pool.submit("b")
+            wait_until(lambda: "a" in runs.jobs, message="a running")
+            assert runs.pool.starting()  # its call not out yet
+            assert "b" not in runs.taken_at
+            runs.pool.calling(runs.jobs["a"])
+            wait_until(lambda: "b" in runs.taken_at, message="b taken ahead once a called")
+            wait_until(lambda: not runs.pool.starting(), message="nothing starting")
+        finally:
+            runs.close()
+
+
+def test_a_run_making_no_model_call_holds_the_claims_ahead_at_most_launch_max(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A resumed run may run tools before its first call: what waits for its start
+    waits LAUNCH_MAX from the moment it began to run, no longer."""
+    monkeypatch.setattr(poolmod, "LAUNCH_MAX", 0.4)
+    with no_thread_leak():
+        runs = Launching()
+        try:
+            runs.pool.submit("a")
+            runs.pool.submit("b")
+            wait_until(lambda: "b" in runs.taken_at, message="b taken ahead")
+            assert runs.taken_at["b"] >= runs.jobs["a"].ran_at + 0.4
+            assert not runs.pool.starting()
+        finally:
+            runs.close()
 
 
 def test_a_run_waiting_for_a_slot_does_not_start_once_cancelled_or_stopped() -> None:

@@ -58,11 +58,15 @@ def test_the_daemons_hooks_stop_a_run_before_its_next_call(ws: Path) -> None:
     write_profile(ws, "s", TWO_TURNS, allowed=True)
     w = open_workspace(ws)
     conv = new_conversation(w, "d", agent="s", task="list")
+    calls: list[int] = []  # the daemon's pool hears of each call (Pool.calling)
     watch = RunWatch(stopping=threading.Event(), cancel=threading.Event())
+    watch.on_call = lambda: calls.append(watch.provider_calls)
     runner = api.runner(w, cancel=watch.cancel, hooks=watch.hooks())
     runner.work_step(conv)  # the first user event
+    assert calls == []
     assert runner.work_step(conv)  # a model turn: counted
     assert (watch.provider_calls, watch.last_note) == (1, "[d] model turn (m)")
+    assert calls == [1]
     watch.stopping.set()
     with pytest.raises(Cancelled):
         runner.run(conv.id)  # the tool step runs and is committed; the next call is not made
