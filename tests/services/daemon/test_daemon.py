@@ -1,4 +1,5 @@
-"""The daemon as users run it: a separate process on a real repo, driven only by files."""
+"""The daemon as users run it: a separate process on a real repo, driven only by files
+(and, in process, with a bug put in its housekeeping)."""
 
 from __future__ import annotations
 
@@ -317,3 +318,52 @@ def test_a_conversation_removed_while_it_runs_stays_removed(daemon_proc: DaemonP
         message="the removal committed",
     )
     assert "run crashed" not in log.read_text()
+
+
+def test_housekeeping_that_raises_never_stops_the_daemon(
+    ws: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In process, with a bug put in its housekeeping (the notes' check raises, then
+    works, then raises again): the daemon goes on serving conversations, and logs each
+    streak of failures once, with its traceback (Daemon.tick)."""
+    import threading
+
+    from jpfs.core.workspace import open_workspace
+    from jpfs.services.daemon.service import Daemon
+    from tests.conftest import no_thread_leak
+
+    setup_workspace(ws, default_agent="lead")
+    failing = threading.Event()
+    failing.set()
+    calls = {"failed": 0}
+    with no_thread_leak():
+        daemon = Daemon(open_workspace(ws))
+        poll = daemon.notes_watch.poll
+
+        def buggy() -> object:
+            if failing.is_set():
+                calls["failed"] += 1
+                raise RuntimeError("a bug in housekeeping")
+            return poll()
+
+        daemon.notes_watch.poll = buggy  # type: ignore[method-assign]
+        thread = threading.Thread(target=daemon.run)
+        thread.start()
+        try:
+            assert daemon.ready.wait(20)
+            wait_until(lambda: calls["failed"] >= 3, message="three ticks failing")
+            (ws / "conversations" / "x").mkdir()
+            write_in_place(ws / "conversations" / "x" / "task.md", "Hello.\n")
+            wait_until(lambda: state_of(ws, "x") == "waiting", message="x's questions")
+            failing.clear()
+            done = calls["failed"]
+            wait_until(lambda: not daemon._housekeeping_failed, message="a tick that works")
+            failing.set()
+            wait_until(lambda: calls["failed"] > done, message="failing again")
+        finally:
+            daemon.stop.set()
+            thread.join(20)
+        assert not thread.is_alive()
+    said = [r for r in caplog.records if "housekeeping failed" in r.getMessage()]
+    assert len(said) == 2  # one per streak, not one per tick
+    assert all(r.exc_info is not None for r in said)
