@@ -340,11 +340,11 @@ def test_housekeeping_that_raises_never_stops_the_daemon(
         daemon = Daemon(open_workspace(ws))
         poll = daemon.notes_watch.poll
 
-        def buggy() -> object:
+        def buggy() -> None:
             if failing.is_set():
                 calls["failed"] += 1
                 raise RuntimeError("a bug in housekeeping")
-            return poll()
+            poll()
 
         daemon.notes_watch.poll = buggy  # type: ignore[method-assign]
         thread = threading.Thread(target=daemon.run)
