@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -407,26 +409,33 @@ class Launching:
         assert self.pool.join(5)
 
 
+@contextlib.contextmanager
+def launching(monkeypatch: pytest.MonkeyPatch, launch_max: float) -> Iterator[Launching]:
+    """A pool of one slot and one ahead, given ``a`` then ``b`` (``LAUNCH_MAX`` set)."""
+    monkeypatch.setattr(poolmod, "LAUNCH_MAX", launch_max)
+    with no_thread_leak():
+        runs = Launching()
+        try:
+            runs.pool.submit("a")
+            runs.pool.submit("b")
+            yield runs
+        finally:
+            runs.close()
+
+
 def test_a_run_is_starting_until_its_first_model_call_is_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A run's way to its model call is on its turn's path: until the call is out,
     nothing is taken ahead and the sync cycle waits (Pool.starting); the call lets them
     go at once, long before LAUNCH_MAX."""
-    monkeypatch.setattr(poolmod, "LAUNCH_MAX", 60.0)
-    with no_thread_leak():
-        runs = Launching()
-        try:
-            runs.pool.submit("a")
-            runs.pool.submit("b")
-            wait_until(lambda: "a" in runs.jobs, message="a running")
-            assert runs.pool.starting()  # its call not out yet
-            assert "b" not in runs.taken_at
-            runs.pool.calling(runs.jobs["a"])
-            wait_until(lambda: "b" in runs.taken_at, message="b taken ahead once a called")
-            wait_until(lambda: not runs.pool.starting(), message="nothing starting")
-        finally:
-            runs.close()
+    with launching(monkeypatch, 60.0) as runs:
+        wait_until(lambda: "a" in runs.jobs, message="a running")
+        assert runs.pool.starting()  # its call not out yet
+        assert "b" not in runs.taken_at
+        runs.pool.calling(runs.jobs["a"])
+        wait_until(lambda: "b" in runs.taken_at, message="b taken ahead once a called")
+        wait_until(lambda: not runs.pool.starting(), message="nothing starting")
 
 
 def test_a_run_making_no_model_call_holds_the_claims_ahead_at_most_launch_max(
@@ -434,17 +443,10 @@ def test_a_run_making_no_model_call_holds_the_claims_ahead_at_most_launch_max(
 ) -> None:
     """A resumed run may run tools before its first call: what waits for its start
     waits LAUNCH_MAX from the moment it began to run, no longer."""
-    monkeypatch.setattr(poolmod, "LAUNCH_MAX", 0.4)
-    with no_thread_leak():
-        runs = Launching()
-        try:
-            runs.pool.submit("a")
-            runs.pool.submit("b")
-            wait_until(lambda: "b" in runs.taken_at, message="b taken ahead")
-            assert runs.taken_at["b"] >= runs.jobs["a"].ran_at + 0.4
-            assert not runs.pool.starting()
-        finally:
-            runs.close()
+    with launching(monkeypatch, 0.4) as runs:
+        wait_until(lambda: "b" in runs.taken_at, message="b taken ahead")
+        assert runs.taken_at["b"] >= runs.jobs["a"].ran_at + 0.4
+        assert not runs.pool.starting()
 
 
 def test_a_run_waiting_for_a_slot_does_not_start_once_cancelled_or_stopped() -> None:
