@@ -315,7 +315,7 @@ class Pool:
             if job.cancel.is_set():
                 return False
             job.phase, job.ran_at = "running", time.monotonic()
-            self._cv.notify_all()
+            self._cv.notify_all()  # no longer taken and unclaimed: its first call is next
             return True
 
     # -- shutting down -----------------------------------------------------------------
