@@ -315,7 +315,7 @@ class Pool:
             if job.cancel.is_set():
                 return False
             job.phase, job.ran_at = "running", time.monotonic()
-            self._cv.notify_all()  # no longer taken and unclaimed: its first call is next
+            self._cv.notify_all()  # running: what waits on a start looks again
             return True
 
     # -- shutting down -----------------------------------------------------------------
