@@ -30,6 +30,7 @@ from tests.services.daemon.test_daemon_helpers import (
     leftovers,
     log_lines,
     roles,
+    serving,
     setup_workspace,
     started_fixture,
     state_of,
@@ -353,9 +354,7 @@ def test_housekeeping_that_raises_never_stops_the_daemon(
             calls["worked"] += 1
 
         daemon.notes_watch.poll = buggy  # type: ignore[method-assign]
-        thread = threading.Thread(target=daemon.run)
-        thread.start()
-        try:
+        with serving(daemon):
             assert daemon.ready.wait(20)
             wait_until(lambda: calls["failed"] >= 3, message="three ticks failing")
             (ws / "conversations" / "x").mkdir()
@@ -367,10 +366,6 @@ def test_housekeeping_that_raises_never_stops_the_daemon(
             wait_until(lambda: calls["worked"] >= 1, message="a tick that works")
             failing.set()
             wait_until(lambda: calls["failed"] > done, message="failing again")
-        finally:
-            daemon.stop.set()
-            thread.join(20)
-        assert not thread.is_alive()
     said = [r for r in caplog.records if "housekeeping failed" in r.getMessage()]
     assert len(said) == 2  # one per streak, not one per tick
     assert all(r.exc_info is not None for r in said)

@@ -1,22 +1,28 @@
 """Shared helpers for the daemon tests: profiles, editor-style writes, a real daemon process.
 
-The daemon always runs as a separate process started the way users start it
+The daemon mostly runs as a separate process started the way users start it
 (``jpfs daemon start`` / ``jpfs daemon run``); tests drive it only through files and
-read back files, git history and ``jpfs daemon status``.
+read back files, git history and ``jpfs daemon status``. A few run it in process
+(:func:`serving`), to put a bug in it or look at its threads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.conftest import assert_fsck_clean, git, jpfs_subprocess, rgit, wait_until
+
+if TYPE_CHECKING:
+    from jpfs.services.daemon.service import Daemon
 
 LEAD = """\
 model = "script-lead"
@@ -219,6 +225,20 @@ class DaemonProc:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def serving(daemon: Daemon) -> Iterator[Daemon]:
+    """``daemon`` run on a thread of this process for the block; then stopped, and
+    checked stopped."""
+    thread = threading.Thread(target=daemon.run)
+    thread.start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop.set()
+        thread.join(20)
+    assert not thread.is_alive()
 
 
 def daemon_proc_fixture(ws: Path) -> Iterator[DaemonProc]:

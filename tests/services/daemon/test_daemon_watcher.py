@@ -22,6 +22,7 @@ from jpfs.services.daemon.watcher import (
 from tests.conftest import Result, no_thread_leak, rgit, wait_until
 from tests.services.daemon.test_daemon_helpers import (
     roles,
+    serving,
     setup_workspace,
     state_of,
     write_in_place,
@@ -133,31 +134,23 @@ def test_the_daemon_in_process_serves_and_stops_without_leaking_threads(ws: Path
     from jpfs.services.daemon.service import Daemon
 
     setup_workspace(ws, default_agent="lead")
-    with no_thread_leak():
-        daemon = Daemon(open_workspace(ws))
-        thread = threading.Thread(target=daemon.run)
-        thread.start()
-        try:
-            assert daemon.ready.wait(20)
-            (ws / "conversations" / "x").mkdir()
-            write_in_place(ws / "conversations" / "x" / "task.md", "Hello.\n")
-            wait_until(lambda: state_of(ws, "x") == "waiting", message="questions")
-            # Someone typing into `cat > task.md`: written, not closed, paused longer than
-            # daemon.settle. Nothing may happen until the file is closed.
-            (ws / "conversations" / "y").mkdir()
-            with (ws / "conversations" / "y" / "task.md").open("w") as typing:
-                typing.write("First line")
-                typing.flush()
-                threading.Event().wait(3 * 0.3)  # a human's pause, not a synchronisation
-                assert "jpfs(y)" not in rgit(ws, "log", "--format=%s")
-                assert not (ws / "conversations" / "y" / "conversation.toml").exists()
-                typing.write(", second line.\n")
-            wait_until(lambda: state_of(ws, "y") == "waiting", message="y's questions")
-            assert rgit(ws, "show", "HEAD:y/task.md") == "First line, second line.\n"
-        finally:
-            daemon.stop.set()
-            thread.join(20)
-        assert not thread.is_alive()
+    with no_thread_leak(), serving(Daemon(open_workspace(ws))) as daemon:
+        assert daemon.ready.wait(20)
+        (ws / "conversations" / "x").mkdir()
+        write_in_place(ws / "conversations" / "x" / "task.md", "Hello.\n")
+        wait_until(lambda: state_of(ws, "x") == "waiting", message="questions")
+        # Someone typing into `cat > task.md`: written, not closed, paused longer than
+        # daemon.settle. Nothing may happen until the file is closed.
+        (ws / "conversations" / "y").mkdir()
+        with (ws / "conversations" / "y" / "task.md").open("w") as typing:
+            typing.write("First line")
+            typing.flush()
+            threading.Event().wait(3 * 0.3)  # a human's pause, not a synchronisation
+            assert "jpfs(y)" not in rgit(ws, "log", "--format=%s")
+            assert not (ws / "conversations" / "y" / "conversation.toml").exists()
+            typing.write(", second line.\n")
+        wait_until(lambda: state_of(ws, "y") == "waiting", message="y's questions")
+        assert rgit(ws, "show", "HEAD:y/task.md") == "First line, second line.\n"
     assert roles(ws / "conversations" / "x") == []
     assert not (ws / ".jpfs/local/daemon.pid").exists()
     # Only a daemon's own process settles its heap (gc.freeze), never one it shares.
@@ -185,20 +178,12 @@ def test_files_written_after_ready_before_the_watch_is_up_are_edits_not_recoveri
             write_in_place(toml, text.replace('title = ""', 'title = "renamed"'))
             super().start_watching()
 
-    with no_thread_leak():
-        daemon = WritesBeforeTheWatch(open_workspace(ws))
-        thread = threading.Thread(target=daemon.run)
-        thread.start()
-        try:
-            wait_until(lambda: state_of(ws, "x") == "waiting", message="x's questions")
-            wait_until(
-                lambda: 'title = "renamed"' in rgit(ws, "show", "HEAD:old/conversation.toml"),
-                message="the title edit committed",
-            )
-        finally:
-            daemon.stop.set()
-            thread.join(20)
-        assert not thread.is_alive()
+    with no_thread_leak(), serving(WritesBeforeTheWatch(open_workspace(ws))):
+        wait_until(lambda: state_of(ws, "x") == "waiting", message="x's questions")
+        wait_until(
+            lambda: 'title = "renamed"' in rgit(ws, "show", "HEAD:old/conversation.toml"),
+            message="the title edit committed",
+        )
     subjects = rgit(ws, "log", "--format=%s").splitlines()
     assert "jpfs(x): task" in subjects
     assert any(s.startswith("jpfs(old): edit") for s in subjects), subjects
